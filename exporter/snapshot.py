@@ -1,0 +1,66 @@
+"""Immutable results of one collection cycle.
+
+A snapshot is built once per cycle and never changed, so rendering it is a pure function and a
+scrape can serve it while the next cycle is being collected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentity:
+    """What names a GPU or MIG instance; read once at discovery."""
+
+    index: int  # the GPU's NVML index; for a MIG instance, its parent's
+    uuid: str
+    model: str
+    pci_bus_id: str
+    parent_uuid: str = ""  # set on MIG instances only
+    mig_profile: str = ""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return bool(self.parent_uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    """One device's readings. A metric absent from `values` is unsupported, not zero."""
+
+    identity: DeviceIdentity
+    up: bool
+    values: Mapping[str, float] = field(default_factory=dict)  # catalog metric name → value in base units
+    clock_events: frozenset[str] | None = None  # active reasons; None when not readable
+    xid_counts: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSample:
+    """What one backend read in one cycle."""
+
+    nvml_up: bool
+    driver_version: str = ""
+    devices: tuple[DeviceSample, ...] = ()
+    errors: Mapping[str, int] = field(default_factory=dict)  # error kind → count this cycle
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterState:
+    """The exporter's own health, rendered beside the device metrics."""
+
+    collection_duration_seconds: float
+    last_success_timestamp: float
+    collections_total: int
+    errors_total: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    node: NodeSample
+    exporter: ExporterState
+    taken_at: float  # unix time the cycle finished

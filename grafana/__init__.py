@@ -1,0 +1,1 @@
+"""Grafana dashboards built from the metric catalog (issue 4)."""

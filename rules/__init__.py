@@ -1,0 +1,1 @@
+"""Thresholds → Prometheus alerting and recording rules (issue 4)."""
