@@ -203,4 +203,12 @@ CLOCK_EVENT_REASONS: dict[str, int] = {
 }
 
 # Collection error kinds pre-created at 0 so that rate() works from the first scrape.
-ERROR_KINDS: tuple[str, ...] = ("init", "gpu_is_lost", "unknown", "timeout", "other")
+ERROR_KINDS: tuple[str, ...] = (
+    "init",
+    "gpu_is_lost",
+    "unknown",
+    "timeout",
+    "no_permission",
+    "reset_required",
+    "other",
+)

@@ -10,7 +10,6 @@ with `ramp: true`, the values move linearly from the previous keyframe to it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,49 +19,23 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .catalog import CLOCK_EVENT_REASONS
+from .units import parse_duration, parse_size
 
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be used; the message names the file, key and value."""
 
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-}
-_DURATION_UNITS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+def _size(value: Any) -> Any:
+    return parse_size(value) if isinstance(value, str) else value
 
 
-def _parse_size(value: Any) -> Any:
-    """`80GiB`, `512 MiB` or a plain integer → bytes."""
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if not match or match.group(2).lower() not in _SIZE_UNITS:
-            raise ValueError(f"not a size: {value!r} (use bytes or e.g. '80GiB')")
-        return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
-    return value
+def _duration(value: Any) -> Any:
+    return parse_duration(value) if isinstance(value, str) else value
 
 
-def _parse_duration(value: Any) -> Any:
-    """`90`, `90s`, `1.5m`, `2h` → seconds."""
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|)\s*", value)
-        if not match:
-            raise ValueError(f"not a duration: {value!r} (use seconds or e.g. '90s', '5m')")
-        return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    return value
-
-
-Bytes = Annotated[int, BeforeValidator(_parse_size), Field(ge=0)]
-Seconds = Annotated[float, BeforeValidator(_parse_duration), Field(ge=0)]
+Bytes = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
 Ratio = Annotated[float, Field(ge=0, le=1)]
 ClockEvent = Annotated[str, Field(pattern="^(" + "|".join(CLOCK_EVENT_REASONS) + ")$")]
 

@@ -1,0 +1,63 @@
+"""Logging in the Prometheus exporter style: `--log.level`, `--log.format=logfmt|json`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
+FORMATS = ("logfmt", "json")
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    millis = int(record.msecs)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{millis:03d}Z"
+
+
+def _level(record: logging.LogRecord) -> str:
+    return "warn" if record.levelno == logging.WARNING else record.levelname.lower()
+
+
+def _logfmt_value(value: str) -> str:
+    if value and not any(ch in value for ch in ' "=\n'):
+        return value
+    return json.dumps(value)
+
+
+def _fields(formatter: logging.Formatter, record: logging.LogRecord) -> dict[str, str]:
+    fields = {
+        "ts": _timestamp(record),
+        "level": _level(record),
+        "source": record.name.removeprefix("kube_gpu_exporter."),
+        "msg": record.getMessage(),
+    }
+    if record.exc_info:
+        fields["err"] = formatter.formatException(record.exc_info)
+    return fields
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in _fields(self, record).items())
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_fields(self, record))
+
+
+def setup(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(LEVELS[level])
+    # aiohttp's access log would log every scrape at info.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -1,0 +1,157 @@
+"""Snapshot → exposition bytes, once per collection cycle.
+
+Rendering is a pure function of the immutable snapshot, done on the collection thread, so a
+scrape only picks ready bytes. prometheus-client's own encoders do the formatting (text and
+OpenMetrics); this module only turns the snapshot into metric families, driven by the catalog.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import Metric as Family
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+
+from . import __version__
+from . import catalog as c
+from .snapshot import DeviceIdentity, DeviceSample, Snapshot
+
+GZIP_LEVEL = 6
+# The Accept headers of curl, Prometheus 2.x and Prometheus 3.x: rendered eagerly.
+COMMON_ACCEPT_HEADERS = (
+    "",
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+)
+
+
+def device_labels(identity: DeviceIdentity) -> dict[str, str]:
+    labels = {"gpu": str(identity.index), "uuid": identity.uuid}
+    if identity.is_mig:
+        labels["parent_uuid"] = identity.parent_uuid
+        labels["gpu_instance_id"] = str(identity.gpu_instance_id)
+        labels["compute_instance_id"] = str(identity.compute_instance_id)
+    return labels
+
+
+def _family(metric: c.Metric) -> GaugeMetricFamily | CounterMetricFamily:
+    cls = CounterMetricFamily if metric.type is c.MetricType.COUNTER else GaugeMetricFamily
+    return cls(metric.family, metric.help, unit=metric.unit if metric.unit else "")
+
+
+def _add(family: Family, labels: dict[str, str], value: float) -> None:
+    """Add one sample; counters get their `_total` suffix as prometheus-client expects."""
+    suffix = "_total" if family.type == "counter" else ""
+    family.add_sample(family.name + suffix, labels, value)
+
+
+class SnapshotCollector:
+    """A prometheus-client collector over one snapshot (no global state, no `.remove()`)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Family]:
+        yield from self._device_families(self._snapshot.node.devices)
+        yield from self._exporter_families()
+
+    def _device_families(self, devices: tuple[DeviceSample, ...]) -> Iterator[Family]:
+        driver = self._snapshot.node.driver_version
+        labels = [device_labels(d.identity) for d in devices]
+
+        info = _family(c.GPU_INFO)
+        up = _family(c.GPU_UP)
+        for device, base in zip(devices, labels, strict=True):
+            ident = device.identity
+            extra = {
+                "model": ident.model,
+                "driver_version": driver,
+                "pci_bus_id": ident.pci_bus_id,
+                "mig_profile": ident.mig_profile,
+            }
+            _add(info, base | extra, 1)
+            _add(up, base, 1 if device.up else 0)
+        yield info
+        yield up
+
+        for metric in c.DEVICE_VALUE_METRICS:
+            family = _family(metric)
+            for device, base in zip(devices, labels, strict=True):
+                value = device.values.get(metric.name)
+                if value is not None:
+                    _add(family, base, value)
+            yield family
+
+        events = _family(c.CLOCK_EVENT_ACTIVE)
+        xids = _family(c.XID_ERRORS)
+        for device, base in zip(devices, labels, strict=True):
+            if device.clock_events is not None:
+                for reason in c.CLOCK_EVENT_REASONS:
+                    _add(events, base | {"reason": reason}, int(reason in device.clock_events))
+            for xid, count in sorted(device.xid_counts.items()):
+                _add(xids, base | {"xid": str(xid)}, count)
+        yield events
+        yield xids
+
+    def _exporter_families(self) -> Iterator[Family]:
+        state = self._snapshot.exporter
+        values: list[tuple[c.Metric, dict[str, str], float]] = [
+            (c.BUILD_INFO, {"version": __version__}, 1),
+            (c.NVML_UP, {}, int(self._snapshot.node.nvml_up)),
+            (c.COLLECTION_DURATION, {}, state.collection_duration_seconds),
+            (c.LAST_SUCCESS, {}, state.last_success_timestamp),
+            (c.COLLECTIONS, {}, state.collections_total),
+        ]
+        for metric, labels, value in values:
+            family = _family(metric)
+            _add(family, labels, value)
+            yield family
+        errors = _family(c.COLLECTION_ERRORS)
+        for kind, count in sorted(state.errors_total.items()):
+            _add(errors, {"kind": kind}, count)
+        yield errors
+
+
+@dataclass
+class Rendered:
+    """A snapshot's exposition bodies, keyed by content type, plain and gzipped.
+
+    The common formats are rendered eagerly on the collection thread; a rarer Accept header
+    is rendered once on first use and kept for the rest of the cycle.
+    """
+
+    snapshot: Snapshot
+    _bodies: dict[tuple[str, bool], bytes] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        key = (content_type, gzipped)
+        body = self._bodies.get(key)
+        if body is None:
+            body = self._render(encoder, content_type, gzipped)
+        return body, content_type
+
+    def _render(
+        self, encoder: Callable[..., bytes], content_type: str, gzipped: bool
+    ) -> bytes:
+        plain = self._bodies.get((content_type, False))
+        if plain is None:
+            plain = encoder(SnapshotCollector(self.snapshot))
+        body = gzip.compress(plain, GZIP_LEVEL) if gzipped else plain
+        with self._lock:
+            self._bodies[(content_type, False)] = plain
+            self._bodies[(content_type, gzipped)] = body
+        return body
+
+
+def render(snapshot: Snapshot) -> Rendered:
+    rendered = Rendered(snapshot)
+    for accept in COMMON_ACCEPT_HEADERS:
+        rendered.body(accept, gzipped=False)
+        rendered.body(accept, gzipped=True)
+    return rendered

@@ -1,0 +1,108 @@
+"""The simulated backend: a scenario file played over time instead of NVML.
+
+It produces the same `NodeSample` the NVML backend would read from a fake libnvidia-ml driven
+by the same scenario (a test holds the two side by side), so `make demo` and the dashboards
+can be exercised on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from . import catalog as c
+from .scenario import DeviceState, MigState, NodeState, Scenario
+from .snapshot import DeviceIdentity, DeviceSample, NodeSample
+
+
+def _gpu_values(device: DeviceState) -> dict[str, float]:
+    off = device.unsupported
+    values: dict[str, float] = {}
+    if "memory" not in off:
+        values[c.MEMORY_USED.name] = float(device.memory_used_bytes)
+        values[c.MEMORY_TOTAL.name] = float(device.memory_total_bytes)
+        values[c.MEMORY_RESERVED.name] = float(device.memory_reserved_bytes)
+    if not device.mig and "utilization" not in off:
+        values[c.UTILIZATION.name] = device.utilization
+        values[c.MEMORY_BANDWIDTH_UTILIZATION.name] = device.memory_bandwidth_utilization
+    optional = {
+        "temperature_celsius": {c.TEMPERATURE.name: device.temperature_celsius},
+        "power_watts": {c.POWER.name: device.power_watts},
+        "power_limit_watts": {c.POWER_LIMIT.name: device.power_limit_watts},
+        "energy": {c.ENERGY.name: device.energy_joules},
+        "sm_clock_mhz": {c.SM_CLOCK.name: device.sm_clock_mhz * 1e6},
+        "memory_clock_mhz": {c.MEMORY_CLOCK.name: device.memory_clock_mhz * 1e6},
+        "ecc": {
+            c.ECC_CORRECTED.name: float(device.ecc_corrected),
+            c.ECC_UNCORRECTED.name: float(device.ecc_uncorrected),
+        },
+    }
+    for key, readings in optional.items():
+        if key not in off:
+            values.update(readings)
+    return values
+
+
+def _mig_sample(parent: DeviceIdentity, mig: MigState) -> DeviceSample:
+    identity = DeviceIdentity(
+        index=parent.index,
+        uuid=mig.uuid,
+        model=parent.model,
+        pci_bus_id=parent.pci_bus_id,
+        parent_uuid=parent.uuid,
+        mig_profile=mig.profile,
+        gpu_instance_id=mig.gpu_instance_id,
+        compute_instance_id=mig.compute_instance_id,
+    )
+    values = {
+        c.MEMORY_USED.name: float(mig.memory_used_bytes),
+        c.MEMORY_TOTAL.name: float(mig.memory_total_bytes),
+        c.MEMORY_RESERVED.name: 0.0,
+    }
+    return DeviceSample(identity, up=True, values=values)
+
+
+def node_sample(state: NodeState) -> NodeSample:
+    """What NVML would report for this scenario state."""
+    samples: list[DeviceSample] = []
+    errors: Counter[str] = Counter()
+    for device in state.devices:
+        identity = DeviceIdentity(
+            index=device.index,
+            uuid=device.uuid,
+            model=device.name,
+            pci_bus_id=device.pci_bus_id,
+        )
+        xids = dict(Counter(device.xids))
+        if device.lost:
+            errors["gpu_is_lost"] += 1
+            samples.append(DeviceSample(identity, up=False, xid_counts=xids))
+            samples.extend(
+                DeviceSample(_mig_sample(identity, m).identity, up=False) for m in device.mig
+            )
+            continue
+        clock_events = None if "clock_events" in device.unsupported else device.clock_events
+        samples.append(DeviceSample(identity, True, _gpu_values(device), clock_events, xids))
+        samples.extend(_mig_sample(identity, m) for m in device.mig)
+    return NodeSample(
+        nvml_up=True,
+        driver_version=state.driver_version,
+        devices=tuple(samples),
+        errors=dict(errors),
+    )
+
+
+class SimulatedSampler:
+    """Plays a scenario from the moment it is created."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic) -> None:
+        self._scenario = scenario
+        self._clock = clock
+        self._started = clock()
+
+    def sample(self) -> NodeSample:
+        return node_sample(self._scenario.state_at(self._clock() - self._started))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,126 @@
+"""Helpers shared by the tests: free ports, polling, and the exporter as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
+    """Poll `check` until it returns something truthy; fail the test with `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}")
+        time.sleep(0.1)
+
+
+def http_get(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+    except OSError:
+        return 0, {}, b""
+
+
+def samples(body: bytes) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Parse Prometheus text into {(name, labels): value} for precise assertions."""
+    out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def values(parsed: Mapping[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> list[float]:
+    """Values of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return [v for (n, ls), v in parsed.items() if n == name and want <= ls]
+
+
+class Exporter:
+    """A running `kube-gpu-exporter serve` subprocess."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int, log_path: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.log_path = log_path
+        self.url = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str = "/metrics", **headers: str) -> tuple[int, dict[str, str], bytes]:
+        return http_get(self.url + path, headers)
+
+    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        status, _, body = self.get()
+        assert status == 200, f"/metrics answered {status}: {body[:200]!r}"
+        return samples(body)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+def exporter_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kube_gpu_exporter.exporter", *args]
+
+
+@contextmanager
+def run_exporter(
+    args: Sequence[str],
+    tmp_path: Path,
+    env: Mapping[str, str] | None = None,
+    wait_ready: bool = True,
+) -> Iterator[Exporter]:
+    """Start the exporter on a free port, wait until it answers, SIGTERM it afterwards."""
+    port = free_port()
+    log_path = tmp_path / f"exporter-{port}.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            exporter_command("serve", f"--web.listen-address=127.0.0.1:{port}", *args),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            text=True,
+        )
+    exporter = Exporter(proc, port, log_path)
+    try:
+        path = "/readyz" if wait_ready else "/healthz"
+        wait_until(
+            lambda: proc.poll() is not None or exporter.get(path)[0] == 200,
+            what=f"exporter {path}",
+        )
+        assert proc.poll() is None, f"exporter exited early:\n{exporter.log()}"
+        yield exporter
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
