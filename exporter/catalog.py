@@ -51,7 +51,9 @@ INFO_LABELS: tuple[str, ...] = ("model", "driver_version", "pci_bus_id", "mig_pr
 GPU_INFO = Metric(
     "nvidia_gpu_info", G, "", "Fixed facts of a GPU or MIG instance; always 1.", D, INFO_LABELS
 )
-GPU_UP = Metric("nvidia_gpu_up", G, "", "1 if the device answered NVML, 0 if lost or unreadable.", D)
+GPU_UP = Metric(
+    "nvidia_gpu_up", G, "", "1 if the device answered NVML, 0 if lost or unreadable.", D
+)
 UTILIZATION = Metric(
     "nvidia_gpu_utilization_ratio",
     G,

@@ -58,7 +58,9 @@ class CollectionLoop:
             await asyncio.gather(self._task, return_exceptions=True)
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(loop.run_in_executor(self._executor, self._sampler.close), timeout)
+            await asyncio.wait_for(
+                loop.run_in_executor(self._executor, self._sampler.close), timeout
+            )
         except TimeoutError:
             log.warning("NVML did not shut down within %.0fs; exiting anyway", timeout)
         self._executor.shutdown(wait=False, cancel_futures=True)

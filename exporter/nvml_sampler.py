@@ -8,6 +8,7 @@ All calls here block; the collection loop runs them on its own thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -96,10 +97,8 @@ class NvmlSampler:
         return True
 
     def _shutdown_quietly(self) -> None:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
     def close(self) -> None:
         if self._xids is not None:
@@ -190,7 +189,9 @@ class NvmlSampler:
             self._on_error(uuid, "clock_events", exc, errors)
             return None
 
-    def _on_error(self, uuid: str, reader: str, exc: pynvml.NVMLError, errors: Counter[str]) -> None:
+    def _on_error(
+        self, uuid: str, reader: str, exc: pynvml.NVMLError, errors: Counter[str]
+    ) -> None:
         if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
             raise _DeviceLost from exc
         if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
@@ -199,4 +200,3 @@ class NvmlSampler:
             return
         errors[error_kind(exc)] += 1
         log.debug("%s: reading %s failed: %s", uuid, reader, exc)
-

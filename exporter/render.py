@@ -136,9 +136,7 @@ class Rendered:
             body = self._render(encoder, content_type, gzipped)
         return body, content_type
 
-    def _render(
-        self, encoder: Callable[..., bytes], content_type: str, gzipped: bool
-    ) -> bytes:
+    def _render(self, encoder: Callable[..., bytes], content_type: str, gzipped: bool) -> bytes:
         plain = self._bodies.get((content_type, False))
         if plain is None:
             plain = encoder(SnapshotCollector(self.snapshot))

@@ -10,6 +10,7 @@ with `ramp: true`, the values move linearly from the previous keyframe to it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,7 +216,7 @@ def _energy_at(device: DeviceSpec, frames: list[Keyframe], t: float) -> float:
     points = sorted({0.0, t, *(f.at for f in frames if f.readings.power_watts is not None)})
     points = [p for p in points if p <= t]
     joules = device.energy_joules
-    for left, right in zip(points, points[1:], strict=False):
+    for left, right in itertools.pairwise(points):
         a = _value_at("power_watts", device.readings, frames, left)
         b = _value_at("power_watts", device.readings, frames, right - 1e-9)
         joules += (a + b) / 2 * (right - left)
@@ -229,7 +230,9 @@ class Scenario:
         self.spec = spec
         self.source = source
         self._frames = [sorted(d.timeline, key=lambda f: f.at) for d in spec.devices]
-        self._mig_frames = [[sorted(m.timeline, key=lambda f: f.at) for m in d.mig] for d in spec.devices]
+        self._mig_frames = [
+            [sorted(m.timeline, key=lambda f: f.at) for m in d.mig] for d in spec.devices
+        ]
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:

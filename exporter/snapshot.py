@@ -34,7 +34,9 @@ class DeviceSample:
 
     identity: DeviceIdentity
     up: bool
-    values: Mapping[str, float] = field(default_factory=dict)  # catalog metric name → value in base units
+    values: Mapping[str, float] = field(
+        default_factory=dict
+    )  # catalog metric name → value in base units
     clock_events: frozenset[str] | None = None  # active reasons; None when not readable
     xid_counts: Mapping[int, int] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ The counts only grow (a counter), which is what `rate()`/`increase()` in alerts 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -71,10 +72,8 @@ class XidWatcher:
         if self._thread.is_alive():
             self._thread.join(timeout=WAIT_MILLISECONDS / 1000 * 4)
         if self._set is not None and not self._thread.is_alive():
-            try:
+            with contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlEventSetFree(self._set)
-            except pynvml.NVMLError:
-                pass
             self._set = None
 
     def counts(self) -> dict[str, dict[int, int]]:

@@ -38,7 +38,9 @@ def wait_until(check: Callable[[], T | None], timeout: float = 15.0, what: str =
         time.sleep(0.1)
 
 
-def http_get(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def http_get(
+    url: str, headers: Mapping[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(url, headers=dict(headers or {}))
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
@@ -58,7 +60,9 @@ def samples(body: bytes) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     return out
 
 
-def values(parsed: Mapping[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> list[float]:
+def values(
+    parsed: Mapping[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> list[float]:
     """Values of `name` whose labels include `labels`."""
     want = set(labels.items())
     return [v for (n, ls), v in parsed.items() if n == name and want <= ls]

@@ -57,7 +57,9 @@ def test_unreadable_and_invalid_web_config(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yml"
     assert_usage_error(run_cli("serve", f"--web.config.file={missing}"), str(missing))
     invalid = tmp_path / "web.yml"
-    invalid.write_text("tls_server_config: {cert_file: /nonexistent.crt, key_file: /nonexistent.key}\n")
+    invalid.write_text(
+        "tls_server_config: {cert_file: /nonexistent.crt, key_file: /nonexistent.key}\n"
+    )
     assert_usage_error(run_cli("serve", f"--web.config.file={invalid}"), "cert_file")
     invalid.write_text("basic_auth_userz: {}\n")
     assert_usage_error(run_cli("serve", f"--web.config.file={invalid}"), "basic_auth_userz")
@@ -97,8 +99,9 @@ def test_simulated_node_serves_metrics_landing_and_probes(tmp_path: Path) -> Non
 
         collections = values(exporter.metrics(), "kube_gpu_exporter_collections_total")[0]
         wait_until(
-            lambda: values(exporter.metrics(), "kube_gpu_exporter_collections_total")[0]
-            > collections,
+            lambda: (
+                values(exporter.metrics(), "kube_gpu_exporter_collections_total")[0] > collections
+            ),
             what="another collection cycle",
         )
 

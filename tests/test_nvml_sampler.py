@@ -49,7 +49,9 @@ devices:
 
 
 @pytest.fixture
-def state_file(fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def state_file(
+    fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """Load the fake into this process's pynvml and point it at a fresh state file."""
     state = tmp_path / "nvml-state"
     monkeypatch.setenv("FAKE_NVML_STATE", str(state))
@@ -206,7 +208,11 @@ def test_old_driver_without_v2_symbols_falls_back(fake_nvml_old_dir: Path, tmp_p
     write_state(state, NODE.state_at(0))
     env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_old_dir), "FAKE_NVML_STATE": str(state)}
     result = subprocess.run(
-        [sys.executable, "-c", OLD_DRIVER_PROBE], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", OLD_DRIVER_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     read = json.loads(result.stdout)

@@ -43,7 +43,9 @@ def test_device_values_in_base_units_with_identity_labels() -> None:
     assert values(parsed, "nvidia_gpu_power_watts", **gpu0) == [250.5]
     assert values(parsed, "nvidia_gpu_sm_clock_hertz", **gpu0) == [1.5e9]
     assert values(parsed, "nvidia_gpu_temperature_celsius", **gpu0) == [66]
-    info = values(parsed, "nvidia_gpu_info", model="NVIDIA H100 80GB HBM3", driver_version="550.54.15")
+    info = values(
+        parsed, "nvidia_gpu_info", model="NVIDIA H100 80GB HBM3", driver_version="550.54.15"
+    )
     assert len(info) == 2  # GPU 0 and the lost GPU 2 share the default model
 
 
@@ -63,9 +65,16 @@ def test_clock_events_are_a_state_set_and_xids_count_per_code() -> None:
 def test_mig_instance_has_own_uuid_parent_and_no_utilization() -> None:
     parsed = samples(render_node()[0])
     mig = {"uuid": "MIG-cccccccc-0000-4000-8000-000000000000"}
-    assert values(parsed, "nvidia_gpu_info", **mig, mig_profile="1g.5gb", gpu="1",
-                  parent_uuid="GPU-bbbbbbbb-0000-4000-8000-000000000000",
-                  gpu_instance_id="13", compute_instance_id="0") == [1]
+    assert values(
+        parsed,
+        "nvidia_gpu_info",
+        **mig,
+        mig_profile="1g.5gb",
+        gpu="1",
+        parent_uuid="GPU-bbbbbbbb-0000-4000-8000-000000000000",
+        gpu_instance_id="13",
+        compute_instance_id="0",
+    ) == [1]
     assert values(parsed, "nvidia_gpu_memory_used_bytes", **mig) == [2**30]
     # Utilization is unsupported on MIG: absent, never 0 — on the instance and on its parent.
     assert values(parsed, "nvidia_gpu_utilization_ratio", gpu="1") == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kube_gpu_exporter.exporter.scenario import Scenario, ScenarioError
@@ -77,8 +79,8 @@ def test_invalid_scenarios_name_the_key_and_value(text: str, message: str) -> No
     assert "\n" not in str(caught.value)
 
 
-def test_missing_file_is_a_scenario_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ScenarioError, match="cannot read scenario .*No such file"):
+def test_missing_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=r"cannot read scenario .*No such file"):
         Scenario.load(tmp_path / "absent.yaml")
 
 

@@ -1,0 +1,1093 @@
+/*
+ * fake_nvml.c: a fake libnvidia-ml.so.1 for tests.
+ *
+ * The real pynvml bindings load this library instead of NVIDIA's, so the exporter's NVML
+ * code runs unchanged against GPUs described in a text file. The file is named by the
+ * environment variable FAKE_NVML_STATE (read at every nvmlInitWithFlags) and is re-read
+ * whenever its (mtime ns, size, inode) changes, so a test moves the node forward in time,
+ * loses a GPU or raises an Xid by rewriting it (atomically: write a temp file, rename).
+ *
+ * Build:   cc -shared -fPIC -O2 -Wall -Wextra -o DIR/libnvidia-ml.so.1 fake_nvml.c -lpthread
+ * Old driver variant: add -DFAKE_NVML_OLD_DRIVER; it does not export
+ * nvmlDeviceGetMemoryInfo_v2 nor nvmlDeviceGetCurrentClocksEventReasons (pre-R510/R535).
+ *
+ * State file format: one directive per line; blank lines and lines starting with '#' are
+ * ignored; integers are decimal, or hex with 0x. Node-wide lines:
+ *
+ *   driver_version <text>              e.g. 550.54.15 (nvmlSystemGetDriverVersion)
+ *   nvml_version <text>                optional; default "12.<driver_version>"
+ *   delay_ms <n>                       sleep at the start of every call but nvmlErrorString
+ *   init_error <code>                  nvmlInit fails with this nvmlReturn_t
+ *
+ * `device <index>` opens a GPU block (indexes 0, 1, 2, ... in order); the lines after it
+ * describe that GPU:
+ *
+ *   uuid <text>                        GPU-...
+ *   name <text to end of line>         NVIDIA H100 80GB HBM3
+ *   pci_bus_id <text>                  00000000:18:00.0
+ *   lost <0|1>                         1: every call on the GPU returns GPU_IS_LOST (15)
+ *   memory <total> <reserved> <used>   bytes; v2 `used` excludes reserved, v1 includes it
+ *   utilization <gpu%> <memory%>
+ *   temperature <celsius>
+ *   power <milliwatts>
+ *   power_limit <milliwatts>
+ *   energy <millijoules>
+ *   clocks <sm MHz> <memory MHz>
+ *   max_clocks <sm MHz> <memory MHz>   optional; default: the current clocks
+ *   clock_events <mask>                nvmlClocksEventReason* bits
+ *   ecc <corrected> <uncorrected>      volatile counters (aggregate reads the same)
+ *   error <nvml function name> <code>  that function returns <code> for this GPU (and its
+ *                                      MIG devices), e.g. `error nvmlDeviceGetPowerUsage 3`
+ *   mig <gi> <ci> <slices> <memory total> <memory used> <uuid> <name to end of line>
+ *                                      one per MIG device, filling slots 0, 1, ...; any mig
+ *                                      line turns MIG mode on for the GPU
+ *   process <pid> <used bytes> <gi> <ci> <sm%> <memory%>
+ *                                      gi/ci 4294967295 when not in a MIG instance
+ *   xid <code>                         every Xid so far, oldest first, one per line
+ *
+ * Xid events: each event set delivers, per registered GPU, the entries of that GPU's xid
+ * list that it has not delivered yet (a set starts at the beginning of the list, so Xids
+ * already in the file when the GPU is registered are delivered too). If a rewrite shortens
+ * the list, the set's position is clamped to the new length.
+ *
+ * A missing or unreadable state file makes nvmlInit fail with DRIVER_NOT_LOADED (9); a
+ * malformed one with UNKNOWN (999). After init, a file that disappears or is malformed
+ * leaves the last good state in place (the parse error is printed to stderr).
+ */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define MAX_GPUS 64
+#define MAX_MIG 8
+#define MIG_SLOTS 7 /* nvmlDeviceGetMaxMigDeviceCount on A100/H100 */
+#define MAX_PROCS 128
+#define MAX_XIDS 1024
+#define MAX_ERRORS 48
+#define MAX_SETS 64
+#define MAX_REGS MAX_GPUS
+#define STR 96
+
+#define EVENT_XID 0x8ULL
+/* SingleBitEcc, PState, DoubleBitEcc, Xid, Clock: what a data-centre GPU reports. */
+#define SUPPORTED_EVENTS 0x1FULL
+#define NO_INSTANCE 0xFFFFFFFFu
+#define MEMORY_V2 0x02000028u
+#define SMS_PER_SLICE 16u /* H100: 16 SMs per GPU-instance slice */
+#define GPU_SMS 132u
+
+typedef int nvmlReturn_t;
+
+/* ---- the structs pynvml passes (layouts from pynvml.py) ---- */
+typedef struct {
+    unsigned gpu, memory;
+} utilization_t;
+typedef struct {
+    unsigned long long total, free, used;
+} memory_v1_t;
+typedef struct {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+} memory_v2_t;
+typedef struct {
+    char busIdLegacy[16];
+    unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} pci_info_t;
+typedef struct {
+    unsigned pid;
+    unsigned long long usedGpuMemory;
+    unsigned gpuInstanceId, computeInstanceId;
+} process_info_t;
+typedef struct {
+    unsigned pid;
+    unsigned long long timeStamp;
+    unsigned smUtil, memUtil, encUtil, decUtil;
+} process_sample_t;
+typedef struct {
+    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
+        sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} attributes_t;
+typedef struct {
+    void *device;
+    unsigned long long eventType, eventData;
+    unsigned gpuInstanceId, computeInstanceId;
+} event_data_t;
+
+/* ---- the state ---- */
+typedef struct {
+    char fn[64];
+    int code;
+} override_t;
+typedef struct {
+    unsigned pid, gi, ci, sm, mem;
+    unsigned long long used;
+} proc_t;
+typedef struct {
+    char uuid[STR], name[STR];
+    unsigned gi, ci, slices;
+    unsigned long long total, used;
+} mig_t;
+typedef struct {
+    char uuid[STR], name[STR], pci[32];
+    int lost;
+    unsigned long long mem_total, mem_reserved, mem_used;
+    unsigned util_gpu, util_mem, temperature, power_mw, limit_mw;
+    unsigned long long energy_mj;
+    unsigned sm_clock, mem_clock, max_sm_clock, max_mem_clock;
+    int have_max_clocks;
+    unsigned long long clock_events, ecc_corrected, ecc_uncorrected;
+    unsigned nerror;
+    override_t error[MAX_ERRORS];
+    unsigned nmig;
+    mig_t mig[MAX_MIG];
+    unsigned nproc;
+    proc_t proc[MAX_PROCS];
+    unsigned nxid;
+    unsigned xid[MAX_XIDS];
+} gpu_t;
+typedef struct {
+    char driver[80], nvml[80];
+    unsigned delay_ms;
+    int init_error;
+    unsigned count;
+    gpu_t dev[MAX_GPUS];
+} state_t;
+
+typedef struct {
+    unsigned dev;
+    unsigned long long mask;
+    unsigned cursor;
+} reg_t;
+typedef struct {
+    int used;
+    unsigned nreg;
+    reg_t reg[MAX_REGS];
+} evset_t;
+
+/* Handles point into g_state and g_sets; reloads copy into them in place, so handles stay
+ * valid for the life of the process. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static state_t g_state, g_tmp;
+static evset_t g_sets[MAX_SETS];
+static int g_refcount;
+static char g_path[4096];
+static struct {
+    long long mtime_ns;
+    long long size;
+    unsigned long long inode;
+} g_seen;
+
+/* ---- parsing ---- */
+static void copy_str(char *dst, size_t size, const char *src) {
+    snprintf(dst, size, "%s", src);
+}
+
+static int parse_error(const char *path, int line, const char *what) {
+    fprintf(stderr, "fake-nvml: %s line %d: %s\n", path, line, what);
+    return -1;
+}
+
+/* Parses `path` into `out`. Returns 0, -1 (malformed) or -2 (cannot open). */
+static int parse_state(const char *path, state_t *out) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -2;
+    memset(out, 0, sizeof(*out));
+    char buf[1024];
+    int line = 0, rc = 0;
+    gpu_t *g = NULL;
+    while (rc == 0 && fgets(buf, sizeof(buf), f)) {
+        line++;
+        buf[strcspn(buf, "\r\n")] = '\0';
+        char *key = buf + strspn(buf, " \t");
+        if (*key == '\0' || *key == '#')
+            continue;
+        char *rest = key + strcspn(key, " \t");
+        if (*rest) {
+            *rest++ = '\0';
+            rest += strspn(rest, " \t");
+        }
+        int n = 0;
+        if (!strcmp(key, "driver_version")) {
+            copy_str(out->driver, sizeof(out->driver), rest);
+        } else if (!strcmp(key, "nvml_version")) {
+            copy_str(out->nvml, sizeof(out->nvml), rest);
+        } else if (!strcmp(key, "delay_ms")) {
+            if (sscanf(rest, "%u", &out->delay_ms) != 1)
+                rc = parse_error(path, line, "delay_ms <ms>");
+        } else if (!strcmp(key, "init_error")) {
+            if (sscanf(rest, "%i", &out->init_error) != 1)
+                rc = parse_error(path, line, "init_error <code>");
+        } else if (!strcmp(key, "device")) {
+            unsigned index;
+            if (sscanf(rest, "%u", &index) != 1 || index != out->count || index >= MAX_GPUS)
+                rc = parse_error(path, line, "device <index>: indexes 0, 1, ... (at most 64)");
+            else
+                g = &out->dev[out->count++];
+        } else if (!g) {
+            rc = parse_error(path, line, "unknown node line, or device line before `device`");
+        } else if (!strcmp(key, "uuid")) {
+            copy_str(g->uuid, sizeof(g->uuid), rest);
+        } else if (!strcmp(key, "name")) {
+            copy_str(g->name, sizeof(g->name), rest);
+        } else if (!strcmp(key, "pci_bus_id")) {
+            copy_str(g->pci, sizeof(g->pci), rest);
+        } else if (!strcmp(key, "lost")) {
+            if (sscanf(rest, "%d", &g->lost) != 1)
+                rc = parse_error(path, line, "lost <0|1>");
+        } else if (!strcmp(key, "memory")) {
+            if (sscanf(rest, "%llu %llu %llu", &g->mem_total, &g->mem_reserved, &g->mem_used) != 3)
+                rc = parse_error(path, line, "memory <total> <reserved> <used>");
+        } else if (!strcmp(key, "utilization")) {
+            if (sscanf(rest, "%u %u", &g->util_gpu, &g->util_mem) != 2)
+                rc = parse_error(path, line, "utilization <gpu%> <memory%>");
+        } else if (!strcmp(key, "temperature")) {
+            if (sscanf(rest, "%u", &g->temperature) != 1)
+                rc = parse_error(path, line, "temperature <celsius>");
+        } else if (!strcmp(key, "power")) {
+            if (sscanf(rest, "%u", &g->power_mw) != 1)
+                rc = parse_error(path, line, "power <mW>");
+        } else if (!strcmp(key, "power_limit")) {
+            if (sscanf(rest, "%u", &g->limit_mw) != 1)
+                rc = parse_error(path, line, "power_limit <mW>");
+        } else if (!strcmp(key, "energy")) {
+            if (sscanf(rest, "%llu", &g->energy_mj) != 1)
+                rc = parse_error(path, line, "energy <mJ>");
+        } else if (!strcmp(key, "clocks")) {
+            if (sscanf(rest, "%u %u", &g->sm_clock, &g->mem_clock) != 2)
+                rc = parse_error(path, line, "clocks <sm MHz> <memory MHz>");
+        } else if (!strcmp(key, "max_clocks")) {
+            if (sscanf(rest, "%u %u", &g->max_sm_clock, &g->max_mem_clock) != 2)
+                rc = parse_error(path, line, "max_clocks <sm MHz> <memory MHz>");
+            g->have_max_clocks = 1;
+        } else if (!strcmp(key, "clock_events")) {
+            char *end;
+            g->clock_events = strtoull(rest, &end, 0);
+            if (end == rest)
+                rc = parse_error(path, line, "clock_events <mask>");
+        } else if (!strcmp(key, "ecc")) {
+            if (sscanf(rest, "%llu %llu", &g->ecc_corrected, &g->ecc_uncorrected) != 2)
+                rc = parse_error(path, line, "ecc <corrected> <uncorrected>");
+        } else if (!strcmp(key, "error")) {
+            override_t *e = &g->error[g->nerror];
+            if (g->nerror >= MAX_ERRORS || sscanf(rest, "%63s %i", e->fn, &e->code) != 2)
+                rc = parse_error(path, line, "error <function> <code> (at most 48 per device)");
+            else
+                g->nerror++;
+        } else if (!strcmp(key, "mig")) {
+            mig_t *m = &g->mig[g->nmig];
+            if (g->nmig >= MAX_MIG ||
+                sscanf(rest, "%u %u %u %llu %llu %95s %n", &m->gi, &m->ci, &m->slices, &m->total,
+                       &m->used, m->uuid, &n) != 6 ||
+                rest[n] == '\0')
+                rc = parse_error(path, line,
+                                 "mig <gi> <ci> <slices> <total> <used> <uuid> <name> (at most 8)");
+            else {
+                copy_str(m->name, sizeof(m->name), rest + n);
+                g->nmig++;
+            }
+        } else if (!strcmp(key, "process")) {
+            proc_t *p = &g->proc[g->nproc];
+            if (g->nproc >= MAX_PROCS || sscanf(rest, "%u %llu %u %u %u %u", &p->pid, &p->used,
+                                                &p->gi, &p->ci, &p->sm, &p->mem) != 6)
+                rc = parse_error(path, line,
+                                 "process <pid> <used> <gi> <ci> <sm%> <mem%> (at most 128)");
+            else
+                g->nproc++;
+        } else if (!strcmp(key, "xid")) {
+            if (g->nxid >= MAX_XIDS || sscanf(rest, "%u", &g->xid[g->nxid]) != 1)
+                rc = parse_error(path, line, "xid <code> (at most 1024 per device)");
+            else
+                g->nxid++;
+        } else {
+            rc = parse_error(path, line, "unknown line");
+        }
+    }
+    fclose(f);
+    if (rc == 0 && out->nvml[0] == '\0')
+        snprintf(out->nvml, sizeof(out->nvml), "12.%.76s", out->driver);
+    return rc;
+}
+
+static void remember(const struct stat *st) {
+    g_seen.mtime_ns = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+    g_seen.size = (long long)st->st_size;
+    g_seen.inode = (unsigned long long)st->st_ino;
+}
+
+static int changed(const struct stat *st) {
+    return g_seen.mtime_ns != (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec ||
+           g_seen.size != (long long)st->st_size ||
+           g_seen.inode != (unsigned long long)st->st_ino;
+}
+
+/* Makes g_tmp the state; event-set positions never point past a shortened Xid list. */
+static void commit(void) {
+    g_state = g_tmp;
+    for (int s = 0; s < MAX_SETS; s++) {
+        for (unsigned r = 0; r < g_sets[s].nreg; r++) {
+            reg_t *reg = &g_sets[s].reg[r];
+            unsigned have = reg->dev < g_state.count ? g_state.dev[reg->dev].nxid : 0;
+            if (reg->cursor > have)
+                reg->cursor = have;
+        }
+    }
+}
+
+static void reload_if_changed(void) {
+    struct stat st;
+    if (stat(g_path, &st) != 0 || !changed(&st))
+        return;
+    remember(&st);
+    if (parse_state(g_path, &g_tmp) == 0)
+        commit();
+}
+
+/* ---- call entry and handles ---- */
+
+/* Lock, require init, pick up a rewritten state file and apply delay_ms. On NVML_SUCCESS the
+ * lock is held; the delay is slept without it so that concurrent calls overlap like NVML's. */
+static nvmlReturn_t enter(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_refcount == 0) {
+        pthread_mutex_unlock(&g_lock);
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    reload_if_changed();
+    unsigned delay = g_state.delay_ms;
+    if (delay) {
+        pthread_mutex_unlock(&g_lock);
+        usleep((useconds_t)delay * 1000);
+        pthread_mutex_lock(&g_lock);
+        if (g_refcount == 0) {
+            pthread_mutex_unlock(&g_lock);
+            return NVML_ERROR_UNINITIALIZED;
+        }
+        reload_if_changed();
+    }
+    return NVML_SUCCESS;
+}
+
+#define ENTER()                         \
+    do {                                \
+        nvmlReturn_t enter_rc = enter(); \
+        if (enter_rc != NVML_SUCCESS)   \
+            return enter_rc;            \
+    } while (0)
+#define LEAVE(rc)                          \
+    do {                                   \
+        nvmlReturn_t leave_rc = (rc);      \
+        pthread_mutex_unlock(&g_lock);     \
+        return leave_rc;                   \
+    } while (0)
+
+typedef struct {
+    gpu_t *gpu; /* the GPU, or the MIG device's parent */
+    mig_t *mig; /* NULL for a whole GPU */
+    unsigned index;
+} target_t;
+
+enum { GPU_ONLY = 0, MIG_OK = 1 };
+
+static int override(const gpu_t *g, const char *fn) {
+    for (unsigned i = 0; i < g->nerror; i++)
+        if (!strcmp(g->error[i].fn, fn))
+            return g->error[i].code;
+    return NVML_SUCCESS;
+}
+
+/* Finds what a handle points at, then applies, in order: lost GPU, the state file's error
+ * override for `fn`, and NOT_SUPPORTED for MIG handles on calls that only whole GPUs answer. */
+static nvmlReturn_t resolve(const void *handle, const char *fn, int allow_mig, target_t *t) {
+    t->gpu = NULL;
+    t->mig = NULL;
+    for (unsigned i = 0; i < g_state.count && !t->gpu; i++) {
+        gpu_t *g = &g_state.dev[i];
+        if (handle == (const void *)g) {
+            t->gpu = g;
+            t->index = i;
+        }
+        for (unsigned j = 0; j < g->nmig && !t->gpu; j++) {
+            if (handle == (const void *)&g->mig[j]) {
+                t->gpu = g;
+                t->mig = &g->mig[j];
+                t->index = i;
+            }
+        }
+    }
+    if (!t->gpu)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (t->gpu->lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    int rc = override(t->gpu, fn);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (t->mig && allow_mig == GPU_ONLY)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+#define RESOLVE(handle, allow_mig, t)                                   \
+    do {                                                                \
+        nvmlReturn_t resolve_rc = resolve((handle), __func__, (allow_mig), (t)); \
+        if (resolve_rc != NVML_SUCCESS)                                 \
+            LEAVE(resolve_rc);                                          \
+    } while (0)
+
+static nvmlReturn_t put_str(char *dst, unsigned length, const char *src) {
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+static unsigned long long sub0(unsigned long long a, unsigned long long b) {
+    return a > b ? a - b : 0;
+}
+
+/* ---- init and system ---- */
+
+API nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
+    (void)flags;
+    pthread_mutex_lock(&g_lock);
+    const char *path = getenv("FAKE_NVML_STATE");
+    struct stat st;
+    if (!path || !*path || strlen(path) >= sizeof(g_path) || stat(path, &st) != 0) {
+        pthread_mutex_unlock(&g_lock);
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    int parsed = parse_state(path, &g_tmp);
+    if (parsed != 0) {
+        pthread_mutex_unlock(&g_lock);
+        return parsed == -2 ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_ERROR_UNKNOWN;
+    }
+    unsigned delay = g_tmp.delay_ms;
+    nvmlReturn_t rc = g_tmp.init_error;
+    if (rc == NVML_SUCCESS) {
+        copy_str(g_path, sizeof(g_path), path);
+        remember(&st);
+        commit();
+        g_refcount++;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (delay)
+        usleep((useconds_t)delay * 1000);
+    return rc;
+}
+
+API nvmlReturn_t nvmlInit_v2(void) {
+    return nvmlInitWithFlags(0);
+}
+
+API nvmlReturn_t nvmlShutdown(void) {
+    ENTER();
+    g_refcount--;
+    LEAVE(NVML_SUCCESS);
+}
+
+API const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 11: return "Interrupt Request Issue";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 14: return "Corrupted infoROM";
+    case 15: return "GPU is lost";
+    case 16: return "GPU requires restart";
+    case 17: return "The operating system has blocked the request.";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    case 19: return "In use by another client";
+    case 20: return "Insufficient Memory";
+    case 21: return "No data";
+    case 22: return "Requested vgpu operation is not available on target device";
+    case 23: return "Insufficient Resources";
+    case 24: return "Frequency not supported";
+    case 25: return "Argument version mismatch";
+    case 26: return "Deprecated";
+    case 27: return "Not ready";
+    default: return "Unknown Error";
+    }
+}
+
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
+    ENTER();
+    LEAVE(put_str(version, length, g_state.driver));
+}
+
+API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned length) {
+    ENTER();
+    LEAVE(put_str(version, length, g_state.nvml));
+}
+
+/* ---- device discovery and identity ---- */
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
+    ENTER();
+    if (!count)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *count = g_state.count;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, void **device) {
+    ENTER();
+    if (!device || index >= g_state.count)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    gpu_t *g = &g_state.dev[index];
+    if (g->lost)
+        LEAVE(NVML_ERROR_GPU_IS_LOST);
+    int rc = override(g, __func__);
+    if (rc != NVML_SUCCESS)
+        LEAVE(rc);
+    *device = g;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
+    ENTER();
+    if (!uuid || !device)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned i = 0; i < g_state.count; i++) {
+        gpu_t *g = &g_state.dev[i];
+        void *found = !strcmp(g->uuid, uuid) ? (void *)g : NULL;
+        for (unsigned j = 0; j < g->nmig && !found; j++)
+            if (!strcmp(g->mig[j].uuid, uuid))
+                found = &g->mig[j];
+        if (found) {
+            if (g->lost)
+                LEAVE(NVML_ERROR_GPU_IS_LOST);
+            *device = found;
+            LEAVE(NVML_SUCCESS);
+        }
+    }
+    LEAVE(NVML_ERROR_NOT_FOUND);
+}
+
+API nvmlReturn_t nvmlDeviceGetUUID(void *device, char *uuid, unsigned length) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    LEAVE(put_str(uuid, length, t.mig ? t.mig->uuid : t.gpu->uuid));
+}
+
+API nvmlReturn_t nvmlDeviceGetName(void *device, char *name, unsigned length) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    LEAVE(put_str(name, length, t.mig ? t.mig->name : t.gpu->name));
+}
+
+API nvmlReturn_t nvmlDeviceGetIndex(void *device, unsigned *index) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!index)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *index = t.index;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* A MIG device reports its parent's PCI address, as on real drivers. */
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *device, pci_info_t *pci) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!pci)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof(*pci));
+    unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+    sscanf(t.gpu->pci, "%x:%x:%x.%x", &domain, &bus, &dev, &fn);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = dev;
+    pci->pciDeviceId = 0x233010DE;    /* H100 SXM5 80GB */
+    pci->pciSubSystemId = 0x16C110DE;
+    copy_str(pci->busId, sizeof(pci->busId), t.gpu->pci);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", domain & 0xFFFF,
+             bus & 0xFF, dev & 0xFF, fn & 0xF);
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- readings ---- */
+
+API nvmlReturn_t nvmlDeviceGetUtilizationRates(void *device, utilization_t *util) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!util)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (t.gpu->nmig)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED); /* never supported on MIG-enabled GPUs */
+    util->gpu = t.gpu->util_gpu;
+    util->memory = t.gpu->util_mem;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* v1: `used` includes the driver-reserved memory. */
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(void *device, memory_v1_t *memory) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!memory)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (t.mig) {
+        memory->total = t.mig->total;
+        memory->used = t.mig->used;
+    } else {
+        memory->total = t.gpu->mem_total;
+        memory->used = t.gpu->mem_used + t.gpu->mem_reserved;
+    }
+    memory->free = sub0(memory->total, memory->used);
+    LEAVE(NVML_SUCCESS);
+}
+
+#ifndef FAKE_NVML_OLD_DRIVER
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *device, memory_v2_t *memory) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!memory)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != MEMORY_V2)
+        LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (t.mig) {
+        memory->total = t.mig->total;
+        memory->reserved = 0;
+        memory->used = t.mig->used;
+    } else {
+        memory->total = t.gpu->mem_total;
+        memory->reserved = t.gpu->mem_reserved;
+        memory->used = t.gpu->mem_used;
+    }
+    memory->free = sub0(memory->total, memory->reserved + memory->used);
+    LEAVE(NVML_SUCCESS);
+}
+#endif
+
+API nvmlReturn_t nvmlDeviceGetTemperature(void *device, unsigned sensor, unsigned *temp) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!temp || sensor != 0)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *temp = t.gpu->temperature;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned *power) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!power)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *power = t.gpu->power_mw;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *device, unsigned *limit) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!limit)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *limit = t.gpu->limit_mw;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *device, unsigned long long *energy) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!energy)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *energy = t.gpu->energy_mj;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* Clock types: 0 graphics (reads as the SM clock), 1 SM, 2 memory, 3 video (unsupported). */
+static nvmlReturn_t clock_of(const gpu_t *g, unsigned type, int max, unsigned *mhz) {
+    if (!mhz || type > 3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (type == 3)
+        return NVML_ERROR_NOT_SUPPORTED;
+    int use_max = max && g->have_max_clocks;
+    if (type == 2)
+        *mhz = use_max ? g->max_mem_clock : g->mem_clock;
+    else
+        *mhz = use_max ? g->max_sm_clock : g->sm_clock;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetClockInfo(void *device, unsigned type, unsigned *clock) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    LEAVE(clock_of(t.gpu, type, 0, clock));
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxClockInfo(void *device, unsigned type, unsigned *clock) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    LEAVE(clock_of(t.gpu, type, 1, clock));
+}
+
+#ifndef FAKE_NVML_OLD_DRIVER
+API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void *device, unsigned long long *mask) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!mask)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *mask = t.gpu->clock_events;
+    LEAVE(NVML_SUCCESS);
+}
+#endif
+
+API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void *device,
+                                                          unsigned long long *mask) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!mask)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *mask = t.gpu->clock_events;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* errorType 0 corrected / 1 uncorrected; counterType 0 volatile / 1 aggregate (same here). */
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *device, unsigned errorType,
+                                             unsigned counterType, unsigned long long *count) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!count || errorType > 1 || counterType > 1)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *count = errorType == 0 ? t.gpu->ecc_corrected : t.gpu->ecc_uncorrected;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- MIG ---- */
+
+API nvmlReturn_t nvmlDeviceGetMigMode(void *device, unsigned *current, unsigned *pending) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!current || !pending)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *current = *pending = t.gpu->nmig ? 1 : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void *device, unsigned *count) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!count)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *count = t.gpu->nmig == 0 ? 0 : (t.gpu->nmig > MIG_SLOTS ? t.gpu->nmig : MIG_SLOTS);
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void *device, unsigned index,
+                                                     void **mig) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    unsigned slots = t.gpu->nmig > MIG_SLOTS ? t.gpu->nmig : MIG_SLOTS;
+    if (!mig || index >= slots)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (t.gpu->nmig == 0)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    if (index >= t.gpu->nmig)
+        LEAVE(NVML_ERROR_NOT_FOUND);
+    *mig = &t.gpu->mig[index];
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *mig, void **device) {
+    target_t t;
+    ENTER();
+    RESOLVE(mig, MIG_OK, &t);
+    if (!device || !t.mig)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *device = t.gpu;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(void *device, unsigned *is_mig) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!is_mig)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *is_mig = t.mig ? 1 : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(void *device, unsigned *id) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!id)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (!t.mig)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    *id = t.mig->gi;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(void *device, unsigned *id) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!id)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (!t.mig)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    *id = t.mig->ci;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetAttributes_v2(void *device, attributes_t *attrs) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!attrs)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    memset(attrs, 0, sizeof(*attrs));
+    if (t.mig) {
+        attrs->multiprocessorCount = t.mig->slices * SMS_PER_SLICE;
+        attrs->sharedCopyEngineCount = t.mig->slices;
+        attrs->gpuInstanceSliceCount = t.mig->slices;
+        attrs->computeInstanceSliceCount = t.mig->slices;
+        attrs->memorySizeMB = t.mig->total >> 20;
+    } else {
+        attrs->multiprocessorCount = GPU_SMS;
+        attrs->sharedCopyEngineCount = 8;
+        attrs->memorySizeMB = t.gpu->mem_total >> 20;
+    }
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- processes ---- */
+
+static int process_visible(const target_t *t, const proc_t *p) {
+    if (!t->mig)
+        return 1;
+    return p->gi == t->mig->gi && (p->ci == NO_INSTANCE || p->ci == t->mig->ci);
+}
+
+/* pynvml's two-call pattern: (count 0, NULL) → SUCCESS if none, else INSUFFICIENT_SIZE with
+ * the count; then a big enough array is filled. */
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned *count,
+                                                         process_info_t *infos) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!count)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned n = 0;
+    for (unsigned i = 0; i < t.gpu->nproc; i++)
+        n += process_visible(&t, &t.gpu->proc[i]);
+    if (*count < n || (!infos && n > 0)) {
+        *count = n;
+        LEAVE(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    *count = n;
+    unsigned k = 0;
+    for (unsigned i = 0; i < t.gpu->nproc && infos; i++) {
+        const proc_t *p = &t.gpu->proc[i];
+        if (!process_visible(&t, p))
+            continue;
+        infos[k].pid = p->pid;
+        infos[k].usedGpuMemory = p->used;
+        infos[k].gpuInstanceId = p->gi;
+        infos[k].computeInstanceId = p->ci;
+        k++;
+    }
+    LEAVE(NVML_SUCCESS);
+}
+
+/* pynvml calls (NULL, &0) first and only goes on after INSUFFICIENT_SIZE; NOT_FOUND means no
+ * samples newer than lastSeen. Every process is one sample stamped "now". */
+API nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device, process_sample_t *samples,
+                                                 unsigned *count,
+                                                 unsigned long long lastSeenTimeStamp) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!count)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (t.gpu->nmig)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long now_us =
+        (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000;
+    unsigned n = t.gpu->nproc;
+    if (n == 0 || lastSeenTimeStamp >= now_us)
+        LEAVE(NVML_ERROR_NOT_FOUND);
+    if (!samples || *count < n) {
+        *count = n;
+        LEAVE(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const proc_t *p = &t.gpu->proc[i];
+        samples[i].pid = p->pid;
+        samples[i].timeStamp = now_us;
+        samples[i].smUtil = p->sm;
+        samples[i].memUtil = p->mem;
+        samples[i].encUtil = 0;
+        samples[i].decUtil = 0;
+    }
+    *count = n;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- events ---- */
+
+static evset_t *find_set(const void *set) {
+    for (int s = 0; s < MAX_SETS; s++)
+        if (set == (const void *)&g_sets[s] && g_sets[s].used)
+            return &g_sets[s];
+    return NULL;
+}
+
+API nvmlReturn_t nvmlEventSetCreate(void **set) {
+    ENTER();
+    if (!set)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    for (int s = 0; s < MAX_SETS; s++) {
+        if (!g_sets[s].used) {
+            memset(&g_sets[s], 0, sizeof(g_sets[s]));
+            g_sets[s].used = 1;
+            *set = &g_sets[s];
+            LEAVE(NVML_SUCCESS);
+        }
+    }
+    LEAVE(NVML_ERROR_INSUFFICIENT_RESOURCES);
+}
+
+API nvmlReturn_t nvmlEventSetFree(void *set) {
+    ENTER();
+    evset_t *es = find_set(set);
+    if (!es)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    es->used = 0;
+    es->nreg = 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *device, unsigned long long *types) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!types)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *types = SUPPORTED_EVENTS;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceRegisterEvents(void *device, unsigned long long types, void *set) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    evset_t *es = find_set(set);
+    if (!es)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (types & ~SUPPORTED_EVENTS)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    for (unsigned r = 0; r < es->nreg; r++) {
+        if (es->reg[r].dev == t.index) {
+            es->reg[r].mask |= types;
+            LEAVE(NVML_SUCCESS);
+        }
+    }
+    if (es->nreg >= MAX_REGS)
+        LEAVE(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    es->reg[es->nreg].dev = t.index;
+    es->reg[es->nreg].mask = types;
+    es->reg[es->nreg].cursor = 0;
+    es->nreg++;
+    LEAVE(NVML_SUCCESS);
+}
+
+static long long monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Polls every 10 ms (re-reading the state file) until an undelivered Xid shows up. */
+API nvmlReturn_t nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned timeoutms) {
+    ENTER();
+    if (!data || !find_set(set))
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    long long deadline = monotonic_ms() + timeoutms;
+    for (;;) {
+        evset_t *es = find_set(set);
+        if (!es)
+            LEAVE(NVML_ERROR_INVALID_ARGUMENT); /* freed while we waited */
+        for (unsigned r = 0; r < es->nreg; r++) {
+            reg_t *reg = &es->reg[r];
+            if (!(reg->mask & EVENT_XID) || reg->dev >= g_state.count)
+                continue;
+            gpu_t *g = &g_state.dev[reg->dev];
+            if (reg->cursor < g->nxid) {
+                data->device = g;
+                data->eventType = EVENT_XID;
+                data->eventData = g->xid[reg->cursor++];
+                data->gpuInstanceId = NO_INSTANCE;
+                data->computeInstanceId = NO_INSTANCE;
+                LEAVE(NVML_SUCCESS);
+            }
+        }
+        long long left = deadline - monotonic_ms();
+        if (left <= 0)
+            LEAVE(NVML_ERROR_TIMEOUT);
+        pthread_mutex_unlock(&g_lock);
+        usleep((useconds_t)(left < 10 ? left : 10) * 1000);
+        pthread_mutex_lock(&g_lock);
+        if (g_refcount == 0)
+            LEAVE(NVML_ERROR_UNINITIALIZED);
+        reload_if_changed();
+    }
+}
