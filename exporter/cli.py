@@ -20,7 +20,7 @@ from aiohttp import web
 from . import __version__, logs
 from .collection import CollectionLoop, Sampler
 from .scenario import Scenario, ScenarioError
-from .server import build_app
+from .server import PROBE_PATHS, build_app
 from .units import parse_duration
 from .webconfig import WebConfig, WebConfigError, load_web_config, web_middlewares
 
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="max_requests",
         type=non_negative_int,
         default=40,
-        help="concurrent scrapes beyond which /metrics answers 503; 0 for no limit (default 40)",
+        help="concurrent requests beyond which the server answers 503; 0 for no limit (default 40)",
     )
     serve.add_argument(
         "--collector.interval",
@@ -141,7 +141,8 @@ def _sampler(args: argparse.Namespace) -> Sampler:
 
 async def _serve(args: argparse.Namespace, web_config: WebConfig, sampler: Sampler) -> None:
     collection = CollectionLoop(sampler, args.interval)
-    app = build_app(collection, args.telemetry_path, args.max_requests, web_middlewares(web_config))
+    middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
+    app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     host, port = args.listen

@@ -38,6 +38,21 @@ class _DeviceLost(Exception):
     pass
 
 
+class _SessionLost(Exception):
+    """NVML itself stopped answering (driver unloaded or upgraded under us): re-initialise."""
+
+
+# Errors that mean the NVML session is gone, not one device or one reading.
+SESSION_ERRORS = frozenset(
+    {
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    }
+)
+
+
 class NvmlSampler:
     """Samples every GPU and MIG instance; errors are isolated per device and per reading."""
 
@@ -114,11 +129,17 @@ class NvmlSampler:
         errors: Counter[str] = Counter()
         if not self._initialised and not self._try_init(errors):
             return NodeSample(nvml_up=False, errors=dict(errors))
-        self._maybe_rediscover(errors)
         xid_counts = self._xids.counts() if self._xids is not None else {}
         samples: list[DeviceSample] = []
-        for device in self._devices:
-            samples.extend(self._sample_gpu(device, errors, xid_counts))
+        try:
+            self._maybe_rediscover(errors)
+            for device in self._devices:
+                samples.extend(self._sample_gpu(device, errors, xid_counts))
+        except _SessionLost as exc:
+            errors["init"] += 1
+            log.error("NVML stopped answering (%s); re-initialising", exc.__cause__)
+            self.close()
+            return NodeSample(nvml_up=False, errors=dict(errors))
         return NodeSample(
             nvml_up=True,
             driver_version=self._driver_version,
@@ -135,6 +156,8 @@ class NvmlSampler:
             self._devices = discover(self._devices)
             self._unsupported.clear()
         except pynvml.NVMLError as exc:
+            if exc.value in SESSION_ERRORS:
+                raise _SessionLost from exc
             errors[error_kind(exc)] += 1
             log.warning("NVML rediscovery failed, keeping the known devices: %s", exc)
         self._discovered_at = now
@@ -194,6 +217,8 @@ class NvmlSampler:
     ) -> None:
         if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
             raise _DeviceLost from exc
+        if exc.value in SESSION_ERRORS:
+            raise _SessionLost from exc
         if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
             self._unsupported.add((uuid, reader))
             log.debug("%s: %s not supported, not asking again", uuid, reader)

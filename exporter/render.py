@@ -8,7 +8,6 @@ OpenMetrics); this module only turns the snapshot into metric families, driven b
 from __future__ import annotations
 
 import gzip
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -26,6 +25,9 @@ COMMON_ACCEPT_HEADERS = (
     "",
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
     "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
 )
 
 
@@ -120,13 +122,13 @@ class SnapshotCollector:
 class Rendered:
     """A snapshot's exposition bodies, keyed by content type, plain and gzipped.
 
-    The common formats are rendered eagerly on the collection thread; a rarer Accept header
-    is rendered once on first use and kept for the rest of the cycle.
+    The common formats are rendered eagerly on the collection thread before the object is
+    published; after that only the event loop touches it, so a rarer Accept header is
+    rendered there once on first use and kept for the rest of the cycle, without a lock.
     """
 
     snapshot: Snapshot
     _bodies: dict[tuple[str, bool], bytes] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
@@ -141,9 +143,8 @@ class Rendered:
         if plain is None:
             plain = encoder(SnapshotCollector(self.snapshot))
         body = gzip.compress(plain, GZIP_LEVEL) if gzipped else plain
-        with self._lock:
-            self._bodies[(content_type, False)] = plain
-            self._bodies[(content_type, gzipped)] = body
+        self._bodies[(content_type, False)] = plain
+        self._bodies[(content_type, gzipped)] = body
         return body
 
 

@@ -10,7 +10,7 @@ import html
 from collections.abc import Iterable
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from . import __version__
 from .collection import CollectionLoop
@@ -19,39 +19,50 @@ from .render import device_labels
 LOOP_KEY = web.AppKey("collection", CollectionLoop)
 
 
-class ScrapeLimiter:
-    """Bounds concurrent /metrics responses, including the time spent writing them.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 
-    A slow or stuck client holds its slot until its body is written, so a pile-up answers 503
-    quickly instead of growing memory without bound (exporter-toolkit's --web.max-requests).
+
+def concurrency_limit(limit: int) -> Middleware:
+    """Bound concurrent requests (exporter-toolkit's --web.max-requests); 503 beyond it.
+
+    A slot is held for the whole request: a basic-auth check (tens of milliseconds of bcrypt)
+    and, for /metrics, the writing of the body. A flood of bad passwords or stuck clients thus
+    answers 503 quickly instead of queueing without bound. Probes are never refused, so a
+    flood cannot make the kubelet restart a healthy exporter.
     """
+    in_flight = 0
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal in_flight
+        if request.path in PROBE_PATHS or not limit:
+            return await handler(request)
+        if in_flight >= limit:
+            return web.Response(status=503, text="too many concurrent requests\n")
+        in_flight += 1
+        try:
+            return await handler(request)
+        finally:
+            in_flight -= 1
+
+    return middleware
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
-    limiter: ScrapeLimiter = request.app[LIMITER_KEY]
-    if limiter.limit and limiter.in_flight >= limiter.limit:
-        return web.Response(status=503, text="too many concurrent scrapes\n")
+    """The latest rendered snapshot, written inside the handler so its slot covers the write."""
     latest = request.app[LOOP_KEY].latest
     if latest is None:
         return web.Response(status=503, text="no collection has completed yet\n")
     gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
     body, content_type = latest.body(request.headers.get("Accept", ""), gzipped)
-    limiter.in_flight += 1
-    try:
-        response = web.StreamResponse(headers={"Content-Type": content_type})
-        if gzipped:
-            response.headers["Content-Encoding"] = "gzip"
-        response.content_length = len(body)
-        await response.prepare(request)
-        await response.write(body)
-        await response.write_eof()
-        return response
-    finally:
-        limiter.in_flight -= 1
+    response = web.StreamResponse(headers={"Content-Type": content_type})
+    if gzipped:
+        response.headers["Content-Encoding"] = "gzip"
+    response.content_length = len(body)
+    await response.prepare(request)
+    await response.write(body)
+    await response.write_eof()
+    return response
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -105,7 +116,6 @@ async def landing(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
-LIMITER_KEY = web.AppKey("limiter", ScrapeLimiter)
 PATH_KEY = web.AppKey("telemetry_path", str)
 
 
@@ -115,9 +125,8 @@ def build_app(
     max_requests: int = 40,
     middlewares: Iterable[Middleware] = (),
 ) -> web.Application:
-    app = web.Application(middlewares=list(middlewares))
+    app = web.Application(middlewares=[concurrency_limit(max_requests), *middlewares])
     app[LOOP_KEY] = loop
-    app[LIMITER_KEY] = ScrapeLimiter(max_requests)
     app[PATH_KEY] = telemetry_path
     app.router.add_get(telemetry_path, metrics)
     app.router.add_get("/healthz", healthz)

@@ -17,30 +17,50 @@ from .snapshot import DeviceIdentity, DeviceSample, NodeSample
 
 
 def _gpu_values(device: DeviceState) -> dict[str, float]:
-    off = device.unsupported
+    """The readings NVML would give. Each group is one NVML call: one unsupported key in it
+    drops the whole group, as NOT_SUPPORTED on that call does on a real driver."""
+    groups: list[tuple[tuple[str, ...], dict[str, float]]] = [
+        (
+            ("memory",),
+            {
+                c.MEMORY_USED.name: float(device.memory_used_bytes),
+                c.MEMORY_TOTAL.name: float(device.memory_total_bytes),
+                c.MEMORY_RESERVED.name: float(device.memory_reserved_bytes),
+            },
+        ),
+        (
+            ("utilization", "memory_bandwidth_utilization"),
+            {
+                c.UTILIZATION.name: device.utilization,
+                c.MEMORY_BANDWIDTH_UTILIZATION.name: device.memory_bandwidth_utilization,
+            },
+        ),
+        (("temperature_celsius",), {c.TEMPERATURE.name: device.temperature_celsius}),
+        (("power_watts",), {c.POWER.name: device.power_watts}),
+        (("power_limit_watts",), {c.POWER_LIMIT.name: device.power_limit_watts}),
+        (("energy",), {c.ENERGY.name: device.energy_joules}),
+        (
+            ("sm_clock_mhz", "memory_clock_mhz"),
+            {
+                c.SM_CLOCK.name: device.sm_clock_mhz * 1e6,
+                c.MEMORY_CLOCK.name: device.memory_clock_mhz * 1e6,
+            },
+        ),
+        (
+            ("ecc",),
+            {
+                c.ECC_CORRECTED.name: float(device.ecc_corrected),
+                c.ECC_UNCORRECTED.name: float(device.ecc_uncorrected),
+            },
+        ),
+    ]
     values: dict[str, float] = {}
-    if "memory" not in off:
-        values[c.MEMORY_USED.name] = float(device.memory_used_bytes)
-        values[c.MEMORY_TOTAL.name] = float(device.memory_total_bytes)
-        values[c.MEMORY_RESERVED.name] = float(device.memory_reserved_bytes)
-    if not device.mig and "utilization" not in off:
-        values[c.UTILIZATION.name] = device.utilization
-        values[c.MEMORY_BANDWIDTH_UTILIZATION.name] = device.memory_bandwidth_utilization
-    optional = {
-        "temperature_celsius": {c.TEMPERATURE.name: device.temperature_celsius},
-        "power_watts": {c.POWER.name: device.power_watts},
-        "power_limit_watts": {c.POWER_LIMIT.name: device.power_limit_watts},
-        "energy": {c.ENERGY.name: device.energy_joules},
-        "sm_clock_mhz": {c.SM_CLOCK.name: device.sm_clock_mhz * 1e6},
-        "memory_clock_mhz": {c.MEMORY_CLOCK.name: device.memory_clock_mhz * 1e6},
-        "ecc": {
-            c.ECC_CORRECTED.name: float(device.ecc_corrected),
-            c.ECC_UNCORRECTED.name: float(device.ecc_uncorrected),
-        },
-    }
-    for key, readings in optional.items():
-        if key not in off:
+    for keys, readings in groups:
+        if device.unsupported.isdisjoint(keys):
             values.update(readings)
+    if device.mig:  # NVML never supports utilization on MIG-enabled GPUs
+        values.pop(c.UTILIZATION.name, None)
+        values.pop(c.MEMORY_BANDWIDTH_UTILIZATION.name, None)
     return values
 
 

@@ -157,15 +157,19 @@ def load_web_config(path: str | Path) -> WebConfig:
 
 
 def web_middlewares(
-    config: WebConfig, *, checkpw: CheckPassword = bcrypt.checkpw
+    config: WebConfig,
+    *,
+    checkpw: CheckPassword = bcrypt.checkpw,
+    public_paths: frozenset[str] = frozenset(),
 ) -> list[Middleware]:
     """The aiohttp middlewares that apply `config`: headers first (outermost, so 401s get them
-    too, as in exporter-toolkit), then basic auth on every path when users are configured."""
+    too, as in exporter-toolkit), then basic auth on every path but `public_paths` when users
+    are configured (the kubelet's probes carry no credentials)."""
     middlewares: list[Middleware] = []
     if config.headers:
         middlewares.append(_headers_middleware(config.headers))
     if config.basic_auth_users:
-        middlewares.append(_BasicAuth(config.basic_auth_users, checkpw).middleware)
+        middlewares.append(_BasicAuth(config.basic_auth_users, checkpw, public_paths).middleware)
     return middlewares
 
 
@@ -487,9 +491,12 @@ class _BasicAuth:
     bounded by the number of users and wrong guesses always pay for bcrypt.
     """
 
-    def __init__(self, users: Mapping[str, bytes], checkpw: CheckPassword) -> None:
+    def __init__(
+        self, users: Mapping[str, bytes], checkpw: CheckPassword, public_paths: frozenset[str]
+    ) -> None:
         self._users = users
         self._checkpw = checkpw
+        self._public_paths = public_paths
         self._verified: dict[str, bytes] = {}
         # One check at a time, like exporter-toolkit's bcryptMtx: a flood of bad passwords then
         # costs one core and one executor thread instead of starving the shared executor.
@@ -500,6 +507,8 @@ class _BasicAuth:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in self._public_paths:
+            return await handler(request)
         credentials = _parse_basic_auth(request.headers.get(hdrs.AUTHORIZATION, ""))
         if credentials is not None and await self._authenticate(*credentials):
             return await handler(request)

@@ -42,7 +42,7 @@ devices:
       - {profile: 1g.5gb, gpu_instance_id: 13, compute_instance_id: 0,
          uuid: MIG-44444444-0000-4000-8000-000000000000, memory_total_bytes: 4864MiB}
   - uuid: GPU-55555555-0000-4000-8000-000000000000
-    unsupported: [power_watts, ecc, clock_events]
+    unsupported: [power_watts, ecc, clock_events, memory_clock_mhz]
     readings: {temperature_celsius: 40}
 """
 )
@@ -111,6 +111,8 @@ def test_units_and_labels_from_nvml(state_file: Path) -> None:
     assert "nvidia_gpu_power_watts" not in unsupported.values
     assert "nvidia_gpu_ecc_corrected_errors_total" not in unsupported.values
     assert unsupported.clock_events is None
+    # One NVML call reads both clocks: NOT_SUPPORTED on it drops both, and nothing else.
+    assert "nvidia_gpu_sm_clock_hertz" not in unsupported.values
     assert unsupported.values["nvidia_gpu_temperature_celsius"] == 40
 
 
@@ -145,6 +147,22 @@ def test_transient_errors_drop_one_reading_and_are_counted(state_file: Path) -> 
     assert gpu.up and "nvidia_gpu_temperature_celsius" not in gpu.values
     assert gpu.values["nvidia_gpu_power_watts"] == 250.5
     assert node.errors == {"unknown": 1}
+
+
+def test_driver_replaced_under_a_running_sampler_reinitialises(state_file: Path) -> None:
+    write_state(state_file, NODE.state_at(0))
+    sampler = NvmlSampler(watch_xids=False)
+    try:
+        assert sampler.sample().nvml_up
+        # A driver upgrade without a reboot: every call answers LIB_RM_VERSION_MISMATCH.
+        mismatch = {(0, "nvmlDeviceGetMemoryInfo_v2"): pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH}
+        write_state(state_file, NODE.state_at(0), errors=mismatch)
+        broken = sampler.sample()
+        assert not broken.nvml_up and broken.devices == () and broken.errors == {"init": 1}
+        write_state(state_file, NODE.state_at(0))
+        assert sampler.sample().nvml_up
+    finally:
+        sampler.close()
 
 
 def test_xid_events_are_counted_per_gpu_and_code(state_file: Path) -> None:

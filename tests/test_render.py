@@ -125,3 +125,12 @@ def test_catalog_names_follow_prometheus_conventions() -> None:
         if metric.unit:
             assert metric.family.endswith("_" + metric.unit)
     assert len(catalog.BY_NAME) == len(catalog.ALL_METRICS)
+
+
+def test_every_catalog_metric_is_documented() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    missing = [m.name for m in catalog.ALL_METRICS if f"`{m.name}" not in doc]
+    assert missing == []
+    assert all(kind in doc for kind in catalog.ERROR_KINDS)
