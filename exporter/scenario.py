@@ -289,7 +289,10 @@ class Scenario:
             lost=lost,
             memory_total_bytes=spec.memory_total_bytes,
             memory_reserved_bytes=spec.memory_reserved_bytes,
-            memory_used_bytes=int(values["memory_used_bytes"]),
+            # A MIG-enabled GPU's framebuffer holds at least what its instances use.
+            memory_used_bytes=max(
+                int(values["memory_used_bytes"]), sum(m.memory_used_bytes for m in mig)
+            ),
             utilization=float(values["utilization"]),
             memory_bandwidth_utilization=float(values["memory_bandwidth_utilization"]),
             temperature_celsius=float(values["temperature_celsius"]),
