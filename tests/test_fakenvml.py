@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from fakenvml import LIBRARY_NAME, NO_INSTANCE, SOURCE, render_state, write_state
+from fakenvml import NO_INSTANCE, SOURCE, render_state, write_state
 from kube_gpu_exporter.exporter.scenario import NodeState, Scenario
 
 GIB = 1 << 30
@@ -90,21 +89,9 @@ class FakeDriver:
 
 
 @pytest.fixture
-def driver(
-    tmp_path: Path, fake_nvml_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[FakeDriver]:
-    """pynvml bound to the fake in this process; NVML is shut down again afterwards."""
-    state = tmp_path / "nvml-state"
-    monkeypatch.setenv("FAKE_NVML_STATE", str(state))
-    monkeypatch.setattr(pynvml, "nvmlLib", ctypes.CDLL(str(fake_nvml_dir / LIBRARY_NAME)))
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    yield FakeDriver(state)
-    while True:  # undo every nvmlInit the test made, also after a failure
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError_Uninitialized:
-            break
-    pynvml._nvmlGetFunctionPointer_cache.clear()
+def driver(nvml_state: Path) -> FakeDriver:
+    """pynvml bound to the fake in this process (see conftest's nvml_state)."""
+    return FakeDriver(nvml_state)
 
 
 @pytest.fixture

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pynvml
@@ -49,16 +47,8 @@ devices:
 
 
 @pytest.fixture
-def state_file(
-    fake_nvml_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    """Load the fake into this process's pynvml and point it at a fresh state file."""
-    state = tmp_path / "nvml-state"
-    monkeypatch.setenv("FAKE_NVML_STATE", str(state))
-    monkeypatch.setattr(pynvml, "nvmlLib", ctypes.CDLL(str(fake_nvml_dir / "libnvidia-ml.so.1")))
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    yield state
-    pynvml._nvmlGetFunctionPointer_cache.clear()
+def state_file(nvml_state: Path) -> Path:
+    return nvml_state
 
 
 class FakeClock:
