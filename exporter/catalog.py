@@ -20,6 +20,8 @@ class Scope(Enum):
     """What one series of the metric describes, which fixes its identity labels."""
 
     DEVICE = "device"  # one GPU or MIG instance: gpu, uuid (+ MIG labels)
+    POD = "pod"  # a device as one container uses it: device labels + namespace, pod, container
+    NODE = "node"  # the node as a whole (capacity)
     EXPORTER = "exporter"  # the exporter process itself
 
 
@@ -41,12 +43,13 @@ class Metric:
 
 
 G, C = MetricType.GAUGE, MetricType.COUNTER
-D, X = Scope.DEVICE, Scope.EXPORTER
+D, P, N, X = Scope.DEVICE, Scope.POD, Scope.NODE, Scope.EXPORTER
 
 # Identity labels of every device series. MIG instances add MIG_LABELS.
 DEVICE_LABELS: tuple[str, ...] = ("gpu", "uuid")
 MIG_LABELS: tuple[str, ...] = ("parent_uuid", "gpu_instance_id", "compute_instance_id")
 INFO_LABELS: tuple[str, ...] = ("model", "driver_version", "pci_bus_id", "mig_profile")
+POD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
 
 GPU_INFO = Metric(
     "nvidia_gpu_info", G, "", "Fixed facts of a GPU or MIG instance; always 1.", D, INFO_LABELS
@@ -126,6 +129,67 @@ XID_ERRORS = Metric(
     ("xid",),
 )
 
+COMPUTE_PROCESSES = Metric(
+    "nvidia_gpu_compute_processes",
+    G,
+    "",
+    "Compute processes NVML lists on the device (absent where NVML cannot list them).",
+    D,
+)
+
+# --- attribution: which pod uses which device --------------------------------------------------
+
+ALLOCATION_INFO = Metric(
+    "nvidia_gpu_allocation_info",
+    G,
+    "",
+    "1 per device allocated to a container, from the kubelet's pod-resources API.",
+    P,
+    ("resource", "sharing"),
+)
+POD_UTILIZATION = Metric(
+    "nvidia_gpu_pod_utilization_ratio",
+    G,
+    "ratio",
+    "The container's share of device time: the device's utilization when it holds the device "
+    "alone, the SM utilization of its own processes on a shared device.",
+    P,
+)
+POD_MEMORY_USED = Metric(
+    "nvidia_gpu_pod_memory_used_bytes",
+    G,
+    "bytes",
+    "Framebuffer the container uses: the device's when it holds it alone, its own processes' "
+    "on a shared device.",
+    P,
+)
+NODE_DRIVER_GPUS = Metric(
+    "nvidia_gpu_node_driver_gpus", G, "", "Whole GPUs the NVIDIA driver sees on the node.", N
+)
+NODE_ADVERTISED = Metric(
+    "nvidia_gpu_node_advertised_devices",
+    G,
+    "",
+    "Devices the kubelet advertises as allocatable, by resource name (device plugin or DRA).",
+    N,
+    ("resource",),
+)
+NODE_ALLOCATED = Metric(
+    "nvidia_gpu_node_allocated_devices",
+    G,
+    "",
+    "Devices allocated to running containers, by resource name.",
+    N,
+    ("resource",),
+)
+NODE_FREE_GPUS = Metric(
+    "nvidia_gpu_node_free_gpus",
+    G,
+    "",
+    "Whole GPUs on which nothing is allocated (no container, MIG instance or replica).",
+    N,
+)
+
 BUILD_INFO = Metric(
     "kube_gpu_exporter_build_info", G, "", "Version of the exporter; always 1.", X, ("version",)
 )
@@ -148,6 +212,35 @@ LAST_SUCCESS = Metric(
 )
 COLLECTIONS = Metric(
     "kube_gpu_exporter_collections_total", C, "", "Collection cycles completed.", X
+)
+POD_RESOURCES_UP = Metric(
+    "kube_gpu_exporter_pod_resources_up",
+    G,
+    "",
+    "1 if the last call to the kubelet's pod-resources API succeeded, 0 if not.",
+    X,
+)
+POD_RESOURCES_LAST_SUCCESS = Metric(
+    "kube_gpu_exporter_pod_resources_last_success_timestamp_seconds",
+    G,
+    "seconds",
+    "Unix time of the last successful pod-resources List.",
+    X,
+)
+UNMAPPED_DEVICES = Metric(
+    "kube_gpu_exporter_unmapped_device_ids",
+    G,
+    "",
+    "Device ids the kubelet reports that match no NVML device, by resource name.",
+    X,
+    ("resource",),
+)
+KUBERNETES_API_UP = Metric(
+    "kube_gpu_exporter_kubernetes_api_up",
+    G,
+    "",
+    "1 if the watch of this node's pods is established, 0 if not (absent when disabled).",
+    X,
 )
 COLLECTION_ERRORS = Metric(
     "kube_gpu_exporter_collection_errors_total",
@@ -181,12 +274,24 @@ ALL_METRICS: tuple[Metric, ...] = (
     *DEVICE_VALUE_METRICS,
     CLOCK_EVENT_ACTIVE,
     XID_ERRORS,
+    COMPUTE_PROCESSES,
+    ALLOCATION_INFO,
+    POD_UTILIZATION,
+    POD_MEMORY_USED,
+    NODE_DRIVER_GPUS,
+    NODE_ADVERTISED,
+    NODE_ALLOCATED,
+    NODE_FREE_GPUS,
     BUILD_INFO,
     NVML_UP,
     COLLECTION_DURATION,
     LAST_SUCCESS,
     COLLECTIONS,
     COLLECTION_ERRORS,
+    POD_RESOURCES_UP,
+    POD_RESOURCES_LAST_SUCCESS,
+    UNMAPPED_DEVICES,
+    KUBERNETES_API_UP,
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL_METRICS}
