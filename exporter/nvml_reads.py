@@ -13,6 +13,7 @@ from typing import Any
 import pynvml
 
 from . import catalog as c
+from .snapshot import ProcessSample
 
 Values = dict[str, float]
 
@@ -112,6 +113,43 @@ def read_clock_events(handle: Any, features: DriverFeatures) -> frozenset[str]:
 
 def _reasons(mask: int) -> frozenset[str]:
     return frozenset(name for name, bit in c.CLOCK_EVENT_REASONS.items() if mask & bit)
+
+
+class ProcessReader:
+    """Compute processes and their SM utilization since the previous cycle, per device.
+
+    NVML keeps a ring of utilization samples; asking with the newest timestamp already seen
+    returns only newer ones, so each cycle averages exactly the samples of its own window.
+    A process without a sample in the window ran no kernel: its share is 0.
+    """
+
+    def __init__(self) -> None:
+        self._last_seen: dict[str, int] = {}
+
+    def read(self, uuid: str, handle: Any, with_utilization: bool) -> tuple[ProcessSample, ...]:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        shares = self._utilization(uuid, handle) if with_utilization else None
+        return tuple(
+            ProcessSample(
+                pid=int(p.pid),
+                used_memory_bytes=float(p.usedGpuMemory or 0),
+                sm_utilization=None if shares is None else shares.get(int(p.pid), 0.0),
+            )
+            for p in procs
+        )
+
+    def _utilization(self, uuid: str, handle: Any) -> dict[int, float] | None:
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
+        except pynvml.NVMLError_NotFound:
+            return {}  # no process ran a kernel since the last cycle
+        except pynvml.NVMLError_NotSupported:
+            return None
+        per_pid: dict[int, list[float]] = {}
+        for sample in samples:
+            per_pid.setdefault(int(sample.pid), []).append(sample.smUtil / 100.0)
+            self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), int(sample.timeStamp))
+        return {pid: sum(v) / len(v) for pid, v in per_pid.items()}
 
 
 Reader = Callable[[Any, DriverFeatures], Values]

@@ -13,6 +13,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TypeVar
 
 import pynvml
 
@@ -21,14 +22,16 @@ from .nvml_reads import (
     GPU_READERS,
     MIG_READERS,
     DriverFeatures,
+    ProcessReader,
     Reader,
     error_kind,
     read_clock_events,
 )
-from .snapshot import DeviceSample, NodeSample
+from .snapshot import DeviceSample, NodeSample, ProcessSample
 from .xid_events import XidWatcher
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BACKOFF_START_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 60.0
@@ -72,6 +75,7 @@ class NvmlSampler:
         self._devices: tuple[Device, ...] = ()
         self._discovered_at = 0.0
         self._features = DriverFeatures()
+        self._process_reader = ProcessReader()
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, reader) NVML refused
         self._xids: XidWatcher | None = None
 
@@ -176,17 +180,40 @@ class NvmlSampler:
             if device.mig_enabled:
                 del readers["utilization"]  # NVML never supports it on MIG-enabled GPUs
             values = self._read(device, readers, errors)
-            clock_events = self._read_clock_events(device, errors)
+            clock_events = self._optional(
+                device,
+                "clock_events",
+                lambda: read_clock_events(device.handle, self._features),
+                errors,
+            )
+            # Per-process utilization is never available on MIG; memory per process is.
+            processes = self._processes(device, not device.mig_enabled, errors)
             children = [
-                DeviceSample(child.identity, True, self._read(child, MIG_READERS, errors))
+                DeviceSample(
+                    child.identity,
+                    True,
+                    self._read(child, MIG_READERS, errors),
+                    processes=self._processes(child, False, errors),
+                )
                 for child in device.children
             ]
         except _DeviceLost:
             errors["gpu_is_lost"] += 1
             down = [DeviceSample(identity, up=False, xid_counts=xids)]
             return down + [DeviceSample(child.identity, up=False) for child in device.children]
-        gpu = DeviceSample(identity, True, values, clock_events, xids)
+        gpu = DeviceSample(identity, True, values, clock_events, xids, processes)
         return [gpu, *children]
+
+    def _processes(
+        self, device: Device, with_utilization: bool, errors: Counter[str]
+    ) -> tuple[ProcessSample, ...] | None:
+        uuid = device.identity.uuid
+        return self._optional(
+            device,
+            "processes",
+            lambda: self._process_reader.read(uuid, device.handle, with_utilization),
+            errors,
+        )
 
     def _read(
         self, device: Device, readers: dict[str, Reader], errors: Counter[str]
@@ -202,14 +229,17 @@ class NvmlSampler:
                 self._on_error(uuid, name, exc, errors)
         return values
 
-    def _read_clock_events(self, device: Device, errors: Counter[str]) -> frozenset[str] | None:
+    def _optional(
+        self, device: Device, name: str, read: Callable[[], T], errors: Counter[str]
+    ) -> T | None:
+        """One reading that is None when NVML cannot give it for this device."""
         uuid = device.identity.uuid
-        if (uuid, "clock_events") in self._unsupported:
+        if (uuid, name) in self._unsupported:
             return None
         try:
-            return read_clock_events(device.handle, self._features)
+            return read()
         except pynvml.NVMLError as exc:
-            self._on_error(uuid, "clock_events", exc, errors)
+            self._on_error(uuid, name, exc, errors)
             return None
 
     def _on_error(

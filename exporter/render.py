@@ -88,6 +88,12 @@ class SnapshotCollector:
                     _add(family, base, value)
             yield family
 
+        processes = _family(c.COMPUTE_PROCESSES)
+        for device, base in zip(devices, labels, strict=True):
+            if device.processes is not None:
+                _add(processes, base, len(device.processes))
+        yield processes
+
         events = _family(c.CLOCK_EVENT_ACTIVE)
         xids = _family(c.XID_ERRORS)
         for device, base in zip(devices, labels, strict=True):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from . import catalog as c
 from .scenario import DeviceState, MigState, NodeState, Scenario
-from .snapshot import DeviceIdentity, DeviceSample, NodeSample
+from .snapshot import DeviceIdentity, DeviceSample, NodeSample, ProcessSample
 
 
 def _gpu_values(device: DeviceState) -> dict[str, float]:
@@ -64,7 +64,29 @@ def _gpu_values(device: DeviceState) -> dict[str, float]:
     return values
 
 
-def _mig_sample(parent: DeviceIdentity, mig: MigState) -> DeviceSample:
+def _processes(
+    device: DeviceState, mig: MigState | None = None
+) -> tuple[ProcessSample, ...] | None:
+    """The device's compute processes; on MIG, those of the instance, without utilization."""
+    if "processes" in device.unsupported:
+        return None
+    on_mig = bool(device.mig)
+    return tuple(
+        ProcessSample(
+            pid=p.pid,
+            used_memory_bytes=float(p.used_memory_bytes),
+            sm_utilization=None if on_mig else p.sm_utilization,
+        )
+        for p in device.processes
+        if mig is None
+        or (
+            p.gpu_instance_id == mig.gpu_instance_id
+            and p.compute_instance_id in (None, mig.compute_instance_id)
+        )
+    )
+
+
+def _mig_sample(parent: DeviceIdentity, device: DeviceState, mig: MigState) -> DeviceSample:
     identity = DeviceIdentity(
         index=parent.index,
         uuid=mig.uuid,
@@ -80,7 +102,7 @@ def _mig_sample(parent: DeviceIdentity, mig: MigState) -> DeviceSample:
         c.MEMORY_TOTAL.name: float(mig.memory_total_bytes),
         c.MEMORY_RESERVED.name: 0.0,
     }
-    return DeviceSample(identity, up=True, values=values)
+    return DeviceSample(identity, up=True, values=values, processes=_processes(device, mig))
 
 
 def node_sample(state: NodeState) -> NodeSample:
@@ -99,12 +121,14 @@ def node_sample(state: NodeState) -> NodeSample:
             errors["gpu_is_lost"] += 1
             samples.append(DeviceSample(identity, up=False, xid_counts=xids))
             samples.extend(
-                DeviceSample(_mig_sample(identity, m).identity, up=False) for m in device.mig
+                DeviceSample(_mig_sample(identity, device, m).identity, up=False)
+                for m in device.mig
             )
             continue
         clock_events = None if "clock_events" in device.unsupported else device.clock_events
-        samples.append(DeviceSample(identity, True, _gpu_values(device), clock_events, xids))
-        samples.extend(_mig_sample(identity, m) for m in device.mig)
+        values = _gpu_values(device)
+        samples.append(DeviceSample(identity, True, values, clock_events, xids, _processes(device)))
+        samples.extend(_mig_sample(identity, device, m) for m in device.mig)
     return NodeSample(
         nvml_up=True,
         driver_version=state.driver_version,

@@ -29,6 +29,15 @@ class DeviceIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """A compute process on a device, as NVML lists it (host PID)."""
+
+    pid: int
+    used_memory_bytes: float
+    sm_utilization: float | None = None  # ratio; None where NVML cannot sample it (MIG)
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSample:
     """One device's readings. A metric absent from `values` is unsupported, not zero."""
 
@@ -39,6 +48,7 @@ class DeviceSample:
     )  # catalog metric name → value in base units
     clock_events: frozenset[str] | None = None  # active reasons; None when not readable
     xid_counts: Mapping[int, int] = field(default_factory=dict)
+    processes: tuple[ProcessSample, ...] | None = None  # None when NVML cannot list them
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,9 @@ driver_version: "550.54.15"
 devices:
   - uuid: GPU-11111111-0000-4000-8000-000000000000
     energy_joules: 1234.567
+    processes:
+      - {pid: 4100, used_memory_bytes: 1GiB, sm_utilization: 0.5}
+      - {pid: 4101, used_memory_bytes: 2GiB}
     readings: {utilization: 0.75, memory_bandwidth_utilization: 0.25, memory_used_bytes: 3GiB,
                temperature_celsius: 66, power_watts: 250.5, sm_clock_mhz: 1500,
                memory_clock_mhz: 2619, clock_events: [sw_power_cap, hw_slowdown],
@@ -39,6 +42,8 @@ devices:
          memory_total_bytes: 19968MiB, readings: {memory_used_bytes: 12GiB}}
       - {profile: 1g.5gb, gpu_instance_id: 13, compute_instance_id: 0,
          uuid: MIG-44444444-0000-4000-8000-000000000000, memory_total_bytes: 4864MiB}
+    processes:
+      - {pid: 4200, used_memory_bytes: 512MiB, gpu_instance_id: 13, compute_instance_id: 0}
   - uuid: GPU-55555555-0000-4000-8000-000000000000
     unsupported: [power_watts, ecc, clock_events, memory_clock_mhz]
     readings: {temperature_celsius: 40}
@@ -96,6 +101,10 @@ def test_units_and_labels_from_nvml(state_file: Path) -> None:
     assert mig.identity.parent_uuid == "GPU-22222222-0000-4000-8000-000000000000"
     assert (mig.identity.gpu_instance_id, mig.identity.index) == (13, 1)
     assert "nvidia_gpu_utilization_ratio" not in mig.values
+    assert [(p.pid, p.used_memory_bytes, p.sm_utilization) for p in mig.processes or ()] == [
+        (4200, 512 * 2**20, None)  # per-process utilization is not supported on MIG
+    ]
+    assert [(p.pid, p.sm_utilization) for p in gpu.processes or ()] == [(4100, 0.5), (4101, 0.0)]
     assert "nvidia_gpu_utilization_ratio" not in devices[mig.identity.parent_uuid].values
     unsupported = devices["GPU-55555555-0000-4000-8000-000000000000"]
     assert "nvidia_gpu_power_watts" not in unsupported.values
