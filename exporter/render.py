@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import Metric as Family
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from . import __version__
 from . import catalog as c
-from .snapshot import DeviceIdentity, DeviceSample, Snapshot
+from .attribution_families import attribution_families
+from .families import add, device_labels, family
+from .snapshot import DeviceSample, Snapshot
 
 GZIP_LEVEL = 6
 # The Accept headers of curl, Prometheus 2.x and Prometheus 3.x: rendered eagerly.
@@ -31,26 +32,6 @@ COMMON_ACCEPT_HEADERS = (
 )
 
 
-def device_labels(identity: DeviceIdentity) -> dict[str, str]:
-    labels = {"gpu": str(identity.index), "uuid": identity.uuid}
-    if identity.is_mig:
-        labels["parent_uuid"] = identity.parent_uuid
-        labels["gpu_instance_id"] = str(identity.gpu_instance_id)
-        labels["compute_instance_id"] = str(identity.compute_instance_id)
-    return labels
-
-
-def _family(metric: c.Metric) -> GaugeMetricFamily | CounterMetricFamily:
-    cls = CounterMetricFamily if metric.type is c.MetricType.COUNTER else GaugeMetricFamily
-    return cls(metric.family, metric.help, unit=metric.unit if metric.unit else "")
-
-
-def _add(family: Family, labels: dict[str, str], value: float) -> None:
-    """Add one sample; counters get their `_total` suffix as prometheus-client expects."""
-    suffix = "_total" if family.type == "counter" else ""
-    family.add_sample(family.name + suffix, labels, value)
-
-
 class SnapshotCollector:
     """A prometheus-client collector over one snapshot (no global state, no `.remove()`)."""
 
@@ -59,14 +40,16 @@ class SnapshotCollector:
 
     def collect(self) -> Iterator[Family]:
         yield from self._device_families(self._snapshot.node.devices)
+        if self._snapshot.attribution is not None:
+            yield from attribution_families(self._snapshot.attribution)
         yield from self._exporter_families()
 
     def _device_families(self, devices: tuple[DeviceSample, ...]) -> Iterator[Family]:
         driver = self._snapshot.node.driver_version
         labels = [device_labels(d.identity) for d in devices]
 
-        info = _family(c.GPU_INFO)
-        up = _family(c.GPU_UP)
+        info = family(c.GPU_INFO)
+        up = family(c.GPU_UP)
         for device, base in zip(devices, labels, strict=True):
             ident = device.identity
             extra = {
@@ -75,33 +58,33 @@ class SnapshotCollector:
                 "pci_bus_id": ident.pci_bus_id,
                 "mig_profile": ident.mig_profile,
             }
-            _add(info, base | extra, 1)
-            _add(up, base, 1 if device.up else 0)
+            add(info, base | extra, 1)
+            add(up, base, 1 if device.up else 0)
         yield info
         yield up
 
         for metric in c.DEVICE_VALUE_METRICS:
-            family = _family(metric)
+            fam = family(metric)
             for device, base in zip(devices, labels, strict=True):
                 value = device.values.get(metric.name)
                 if value is not None:
-                    _add(family, base, value)
-            yield family
+                    add(fam, base, value)
+            yield fam
 
-        processes = _family(c.COMPUTE_PROCESSES)
+        processes = family(c.COMPUTE_PROCESSES)
         for device, base in zip(devices, labels, strict=True):
             if device.processes is not None:
-                _add(processes, base, len(device.processes))
+                add(processes, base, len(device.processes))
         yield processes
 
-        events = _family(c.CLOCK_EVENT_ACTIVE)
-        xids = _family(c.XID_ERRORS)
+        events = family(c.CLOCK_EVENT_ACTIVE)
+        xids = family(c.XID_ERRORS)
         for device, base in zip(devices, labels, strict=True):
             if device.clock_events is not None:
                 for reason in c.CLOCK_EVENT_REASONS:
-                    _add(events, base | {"reason": reason}, int(reason in device.clock_events))
+                    add(events, base | {"reason": reason}, int(reason in device.clock_events))
             for xid, count in sorted(device.xid_counts.items()):
-                _add(xids, base | {"xid": str(xid)}, count)
+                add(xids, base | {"xid": str(xid)}, count)
         yield events
         yield xids
 
@@ -115,13 +98,25 @@ class SnapshotCollector:
             (c.COLLECTIONS, {}, state.collections_total),
         ]
         for metric, labels, value in values:
-            family = _family(metric)
-            _add(family, labels, value)
-            yield family
-        errors = _family(c.COLLECTION_ERRORS)
+            fam = family(metric)
+            add(fam, labels, value)
+            yield fam
+        errors = family(c.COLLECTION_ERRORS)
         for kind, count in sorted(state.errors_total.items()):
-            _add(errors, {"kind": kind}, count)
+            add(errors, {"kind": kind}, count)
         yield errors
+        if state.pod_resources_up is not None:
+            for metric, value in (
+                (c.POD_RESOURCES_UP, int(state.pod_resources_up)),
+                (c.POD_RESOURCES_LAST_SUCCESS, state.pod_resources_last_success),
+            ):
+                single = family(metric)
+                add(single, {}, value)
+                yield single
+        if state.kubernetes_api_up is not None:
+            api = family(c.KUBERNETES_API_UP)
+            add(api, {}, int(state.kubernetes_api_up))
+            yield api
 
 
 @dataclass

@@ -14,7 +14,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from . import __version__
 from .collection import CollectionLoop
-from .render import device_labels
+from .families import device_labels
 
 LOOP_KEY = web.AppKey("collection", CollectionLoop)
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .attribution import AttributionSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,9 @@ class ExporterState:
     last_success_timestamp: float
     collections_total: int
     errors_total: Mapping[str, int]
+    pod_resources_up: bool | None = None  # None: attribution disabled
+    pod_resources_last_success: float = 0.0
+    kubernetes_api_up: bool | None = None  # None: Kubernetes API disabled
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +83,4 @@ class Snapshot:
     node: NodeSample
     exporter: ExporterState
     taken_at: float  # unix time the cycle finished
+    attribution: AttributionSample | None = None  # None: attribution disabled
