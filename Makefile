@@ -7,7 +7,7 @@ APT_PKGS := prometheus prometheus-alertmanager
 SCENARIO ?= exporter/scenarios/demo.yaml
 LISTEN  ?= 127.0.0.1:19400
 
-.PHONY: all venv system-deps demo test test-gpu lint bench generate clean
+.PHONY: all venv system-deps demo test test-gpu lint bench generate proto clean
 
 all: test
 
@@ -50,6 +50,10 @@ bench: $(STAMP)
 	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(PY) bench/run.py
+
+# Regenerate the kubelet pod-resources stubs from exporter/podresources/v1/api.proto.
+proto: $(STAMP)
+	$(PY) -m kube_gpu_exporter.exporter.podresources.generate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache *.egg-info
