@@ -10,15 +10,25 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from aiohttp import web
 
 from . import __version__, logs
+from .attribution_source import AttributionSource
 from .collection import CollectionLoop, Sampler
+from .kube_pods import KubernetesConfigError, PodWatcher
+from .podresources.client import (
+    DEFAULT_RESOURCE_PATTERNS,
+    DEFAULT_SOCKET,
+    PodResourcesClient,
+    PodResourcesWatcher,
+)
 from .scenario import Scenario, ScenarioError
 from .server import PROBE_PATHS, build_app
 from .units import parse_duration
@@ -124,6 +134,73 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCENARIO.yaml",
         help="play a scenario file instead of reading NVML (for machines without a GPU)",
     )
+    kubelet = serve.add_argument_group("pod attribution (kubelet pod-resources API)")
+    kubelet.add_argument(
+        "--kubelet.pod-resources-socket",
+        dest="pod_resources_socket",
+        metavar="PATH",
+        help=f"the kubelet's pod-resources socket; '' turns attribution off "
+        f"(default {DEFAULT_SOCKET}; off with --simulate unless given)",
+    )
+    kubelet.add_argument(
+        "--kubelet.interval",
+        dest="kubelet_interval",
+        type=positive_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="how often to ask the kubelet which pod holds which device (default 10s)",
+    )
+    kubelet.add_argument(
+        "--kubelet.timeout",
+        dest="kubelet_timeout",
+        type=positive_duration,
+        default=5.0,
+        metavar="DURATION",
+        help="how long one pod-resources call may take (default 5s)",
+    )
+    kubelet.add_argument(
+        "--kubelet.resource-name",
+        dest="resource_names",
+        action="append",
+        metavar="PATTERN",
+        help="extended resource names to attribute, as shell patterns; repeatable "
+        f"(default {', '.join(DEFAULT_RESOURCE_PATTERNS)})",
+    )
+    kube = serve.add_argument_group("Kubernetes API (owners, pod labels, shared-GPU split)")
+    kube.add_argument(
+        "--kubernetes.enabled",
+        dest="kubernetes",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="watch this node's pods: owner and label allowlist on allocations, and the "
+        "per-process split of shared GPUs (needs hostPID)",
+    )
+    kube.add_argument(
+        "--kubernetes.kubeconfig",
+        dest="kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use instead of the in-cluster service account",
+    )
+    kube.add_argument(
+        "--kubernetes.node-name",
+        dest="node_name",
+        default=os.environ.get("NODE_NAME", ""),
+        help="this node's name (default $NODE_NAME, set from the downward API)",
+    )
+    kube.add_argument(
+        "--kubernetes.pod-labels",
+        dest="pod_labels",
+        default="",
+        metavar="KEY,...",
+        help="pod labels copied onto nvidia_gpu_allocation_info as label_<key>",
+    )
+    serve.add_argument(
+        "--path.procfs",
+        dest="procfs",
+        default="/proc",
+        metavar="PATH",
+        help="procfs mount, to tie processes to containers (default /proc)",
+    )
     serve.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
     return parser
@@ -139,8 +216,43 @@ def _sampler(args: argparse.Namespace) -> Sampler:
     return NvmlSampler()
 
 
-async def _serve(args: argparse.Namespace, web_config: WebConfig, sampler: Sampler) -> None:
-    collection = CollectionLoop(sampler, args.interval)
+def _pod_resources(
+    args: argparse.Namespace,
+) -> tuple[PodResourcesClient, PodResourcesWatcher] | None:
+    socket = args.pod_resources_socket
+    if socket is None:
+        socket = "" if args.simulate else DEFAULT_SOCKET
+    if not socket:
+        return None
+    client = PodResourcesClient(
+        os.path.abspath(socket),
+        timeout=args.kubelet_timeout,
+        resource_patterns=tuple(args.resource_names or DEFAULT_RESOURCE_PATTERNS),
+    )
+    return client, PodResourcesWatcher(client, args.kubelet_interval)
+
+
+def _pod_watcher(args: argparse.Namespace) -> PodWatcher | None:
+    """The Kubernetes pod watch (the `kubernetes` package is imported only when enabled)."""
+    if not args.kubernetes:
+        return None
+    return PodWatcher(args.node_name, args.kubeconfig)
+
+
+async def _serve(
+    args: argparse.Namespace, web_config: WebConfig, sampler: Sampler, pods: PodWatcher | None
+) -> None:
+    pod_resources = _pod_resources(args)
+    attribution = None
+    if pod_resources is not None:
+        directory = None
+        if pods is not None:
+            from .kube_directory import KubeDirectory
+
+            labels = [key.strip() for key in args.pod_labels.split(",") if key.strip()]
+            directory = KubeDirectory(pods, Path(args.procfs), labels)
+        attribution = AttributionSource(pod_resources[1], directory)
+    collection = CollectionLoop(sampler, args.interval, attribution)
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
     app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -159,6 +271,10 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig, sampler: Sampl
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if pod_resources is not None:
+        pod_resources[1].start()
+    if pods is not None:
+        pods.start()
     collection.start()
     scheme = "https" if web_config.ssl_context else "http"
     log.info("serving on %s://%s:%d%s", scheme, host or "0.0.0.0", port, args.telemetry_path)
@@ -166,15 +282,22 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig, sampler: Sampl
     log.info("shutting down")
     await runner.cleanup()
     await collection.stop()
+    if pod_resources is not None:
+        client, watcher = pod_resources
+        await watcher.stop()
+        await client.close()
+    if pods is not None:
+        await asyncio.get_running_loop().run_in_executor(None, pods.stop)
 
 
 def serve(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
     try:
         web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
+        pods = _pod_watcher(args)
         sampler = _sampler(args)
-        asyncio.run(_serve(args, web_config, sampler))
-    except (UsageError, ScenarioError, WebConfigError) as exc:
+        asyncio.run(_serve(args, web_config, sampler, pods))
+    except (UsageError, ScenarioError, WebConfigError, KubernetesConfigError) as exc:
         print(f"kube-gpu-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0

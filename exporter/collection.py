@@ -13,6 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from .attribution_source import AttributionSource
 from .catalog import ERROR_KINDS
 from .render import Rendered, render
 from .snapshot import ExporterState, NodeSample, Snapshot
@@ -29,9 +30,12 @@ class Sampler(Protocol):
 class CollectionLoop:
     """Owns the sampler and the one thread that talks to it."""
 
-    def __init__(self, sampler: Sampler, interval: float) -> None:
+    def __init__(
+        self, sampler: Sampler, interval: float, attribution: AttributionSource | None = None
+    ) -> None:
         self._sampler = sampler
         self._interval = interval
+        self._attribution = attribution
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector")
         self._errors: Counter[str] = Counter({kind: 0 for kind in ERROR_KINDS})
         self._collections = 0
@@ -88,10 +92,16 @@ class CollectionLoop:
         if node.nvml_up:
             self._last_success = now
             self.ever_succeeded = True
+        attributed = self._attribution.attribute(node.devices) if self._attribution else None
+        errors = dict(self._errors) | (attributed.errors_total if attributed else {})
         state = ExporterState(
             collection_duration_seconds=time.monotonic() - started,
             last_success_timestamp=self._last_success,
             collections_total=self._collections,
-            errors_total=dict(self._errors),
+            errors_total=errors,
+            pod_resources_up=attributed.pod_resources_up if attributed else None,
+            pod_resources_last_success=attributed.pod_resources_last_success if attributed else 0,
+            kubernetes_api_up=attributed.kubernetes_api_up if attributed else None,
         )
-        return render(Snapshot(node=node, exporter=state, taken_at=now))
+        attribution = attributed.sample if attributed else None
+        return render(Snapshot(node=node, exporter=state, taken_at=now, attribution=attribution))

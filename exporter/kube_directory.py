@@ -1,0 +1,77 @@
+"""The pod directory backed by the Kubernetes watch and /proc: labels, and process → pod.
+
+Used only with `--kubernetes.enabled`: the kubelet's pod-resources API names pods but not
+their uids or container ids, which is what a process's cgroup reveals. The pod watch joins
+the two, so a PID on a shared GPU can be charged to the container it runs in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .attribution import Holder, PodDirectory
+from .attribution_source import DirectorySource
+from .cgroups import container_of
+from .kube_pods import PodIndex, PodWatcher
+
+_INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def label_name(pod_label: str) -> str:
+    """`app.kubernetes.io/name` → `label_app_kubernetes_io_name`, as kube-state-metrics does."""
+    return "label_" + _INVALID_LABEL_CHARS.sub("_", pod_label)
+
+
+class KubeDirectory(DirectorySource):
+    def __init__(self, watcher: PodWatcher, procfs: Path, pod_labels: Sequence[str]) -> None:
+        self._watcher = watcher
+        self._procfs = procfs
+        self._pod_labels = tuple(pod_labels)
+
+    def directory(self) -> PodDirectory:
+        return _Directory(self._watcher.index(), self._watcher.up, self._procfs, self._pod_labels)
+
+    @property
+    def up(self) -> bool | None:
+        return self._watcher.up
+
+    @property
+    def errors_total(self) -> Mapping[str, int]:
+        return self._watcher.errors_total
+
+
+class _Directory:
+    def __init__(
+        self, index: PodIndex, synced: bool, procfs: Path, pod_labels: tuple[str, ...]
+    ) -> None:
+        self._index = index
+        self._synced = synced
+        self._procfs = procfs
+        self._pod_labels = pod_labels
+
+    def labels(self, holder: Holder) -> Mapping[str, str] | None:
+        """Owner and allowlisted labels; None for a pod the API knows is no longer running.
+
+        The index holds only running pods. While the watch is synced, a pod missing from it
+        has Succeeded or Failed (or is gone) and must not be attributed; while it is not, the
+        kubelet's word is all there is.
+        """
+        pod = self._index.by_name.get((holder.namespace, holder.pod))
+        if pod is None:
+            return None if self._synced else {}
+        labels = {"owner_kind": pod.owner_kind, "owner_name": pod.owner_name}
+        for key in self._pod_labels:
+            labels[label_name(key)] = pod.labels.get(key, "")
+        return labels
+
+    def owner_of_process(self, pid: int) -> Holder | None:
+        ref = container_of(pid, self._procfs)
+        if ref is None:
+            return None
+        found = self._index.lookup(ref.pod_uid, ref.container_id)
+        if found is None or not found[1]:
+            return None
+        pod, container = found
+        return Holder(pod.namespace, pod.name, container)
