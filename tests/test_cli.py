@@ -65,6 +65,18 @@ def test_unreadable_and_invalid_web_config(tmp_path: Path) -> None:
     assert_usage_error(run_cli("serve", f"--web.config.file={invalid}"), "basic_auth_userz")
 
 
+def test_bad_kubernetes_config(tmp_path: Path) -> None:
+    missing = tmp_path / "kubeconfig"
+    base = ["serve", "--simulate", DEMO, "--kubernetes.enabled"]
+    result = run_cli(*base, f"--kubernetes.kubeconfig={missing}", "--kubernetes.node-name=n1")
+    assert_usage_error(result, str(missing))
+    missing.write_text("::: not yaml")
+    result = run_cli(*base, f"--kubernetes.kubeconfig={missing}", "--kubernetes.node-name=n1")
+    assert_usage_error(result, "kubeconfig")
+    result = run_cli(*base, f"--kubernetes.kubeconfig={missing}", "--kubernetes.node-name=")
+    assert_usage_error(result, "node")
+
+
 def test_port_in_use() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
