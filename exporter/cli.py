@@ -22,17 +22,17 @@ from aiohttp import web
 from . import __version__, logs
 from .attribution_source import AttributionSource
 from .collection import CollectionLoop, Sampler
-from .kube_pods import KubernetesConfigError, PodWatcher
+from .errors import InputError
+from .kube_pods import PodWatcher
 from .podresources.client import (
     DEFAULT_RESOURCE_PATTERNS,
     DEFAULT_SOCKET,
     PodResourcesClient,
     PodResourcesWatcher,
 )
-from .scenario import Scenario, ScenarioError
 from .server import PROBE_PATHS, build_app
 from .units import parse_duration
-from .webconfig import WebConfig, WebConfigError, load_web_config, web_middlewares
+from .webconfig import WebConfig, load_web_config, web_middlewares
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sampler(args: argparse.Namespace) -> Sampler:
     if args.simulate:
+        # Imported here: scenario validation (pydantic) is not needed on a GPU node.
+        from .scenario import Scenario
         from .simulated import SimulatedSampler
 
         return SimulatedSampler(Scenario.load(args.simulate))
@@ -297,7 +299,7 @@ def serve(args: argparse.Namespace) -> int:
         pods = _pod_watcher(args)
         sampler = _sampler(args)
         asyncio.run(_serve(args, web_config, sampler, pods))
-    except (UsageError, ScenarioError, WebConfigError, KubernetesConfigError) as exc:
+    except (UsageError, InputError) as exc:
         print(f"kube-gpu-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0

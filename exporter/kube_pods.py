@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .errors import InputError
+
 log = logging.getLogger(__name__)
 
 BACKOFF_INITIAL_SECONDS = 0.5
@@ -50,7 +52,7 @@ RUNTIME_PREFIX_SEPARATOR = "://"  # containerd://<id>, cri-o://<id>, docker://<i
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-class KubernetesConfigError(Exception):
+class KubernetesConfigError(InputError):
     """The API cannot be configured (no in-cluster env, bad kubeconfig); a one-line message."""
 
 

@@ -20,10 +20,11 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .catalog import CLOCK_EVENT_REASONS
+from .errors import InputError
 from .units import parse_duration, parse_size
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError):
     """A scenario file that cannot be used; the message names the file, key and value."""
 
 

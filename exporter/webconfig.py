@@ -39,10 +39,12 @@ import yaml
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from .errors import InputError
+
 __all__ = ["CheckPassword", "WebConfig", "WebConfigError", "load_web_config", "web_middlewares"]
 
 
-class WebConfigError(ValueError):
+class WebConfigError(InputError):
     """An unusable web config. str() is one line naming the file and the offending key, so the
     CLI can print it and exit 2 without a traceback."""
 
