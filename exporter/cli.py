@@ -15,24 +15,21 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from aiohttp import web
 
 from . import __version__, logs
-from .attribution_source import AttributionSource
 from .collection import CollectionLoop, Sampler
 from .errors import InputError
 from .kube_pods import PodWatcher
-from .podresources.client import (
-    DEFAULT_RESOURCE_PATTERNS,
-    DEFAULT_SOCKET,
-    PodResourcesClient,
-    PodResourcesWatcher,
-)
+from .podresources.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from .server import PROBE_PATHS, build_app
 from .units import parse_duration
 from .webconfig import WebConfig, load_web_config, web_middlewares
+
+if TYPE_CHECKING:
+    from .podresources.client import PodResourcesClient, PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +37,7 @@ log = logging.getLogger(__name__)
 # 9835 nvidia_gpu_exporter's. 19400 sits outside the range, clear of the kubelet's 10250-10259.
 DEFAULT_PORT = 19400
 EXIT_USAGE = 2
+GIL_SWITCH_SECONDS = 0.001
 
 
 class UsageError(Exception):
@@ -221,11 +219,14 @@ def _sampler(args: argparse.Namespace) -> Sampler:
 def _pod_resources(
     args: argparse.Namespace,
 ) -> tuple[PodResourcesClient, PodResourcesWatcher] | None:
+    """The kubelet client and its watcher; gRPC is loaded only when attribution is on."""
     socket = args.pod_resources_socket
     if socket is None:
         socket = "" if args.simulate else DEFAULT_SOCKET
     if not socket:
         return None
+    from .podresources.client import PodResourcesClient, PodResourcesWatcher
+
     client = PodResourcesClient(
         os.path.abspath(socket),
         timeout=args.kubelet_timeout,
@@ -247,6 +248,8 @@ async def _serve(
     pod_resources = _pod_resources(args)
     attribution = None
     if pod_resources is not None:
+        from .attribution_source import AttributionSource
+
         directory = None
         if pods is not None:
             from .kube_directory import KubeDirectory
@@ -294,6 +297,9 @@ async def _serve(
 
 def serve(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
+    # Rendering runs on the collector thread; a short GIL switch interval lets the event loop
+    # answer scrapes within ~1 ms of their arrival even while a render is under way.
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
     try:
         web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
         pods = _pod_watcher(args)

@@ -11,12 +11,14 @@ import logging
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .attribution_source import AttributionSource
 from .catalog import ERROR_KINDS
 from .render import Rendered, render
 from .snapshot import ExporterState, NodeSample, Snapshot
+
+if TYPE_CHECKING:
+    from .attribution_source import AttributionSource  # loads gRPC: only when attributing
 
 log = logging.getLogger(__name__)
 

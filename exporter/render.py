@@ -133,20 +133,28 @@ class Rendered:
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
-        key = (content_type, gzipped)
-        body = self._bodies.get(key)
+        fmt = _without_escaping(content_type)
+        body = self._bodies.get((fmt, gzipped))
         if body is None:
-            body = self._render(encoder, content_type, gzipped)
+            body = self._render(encoder, fmt, gzipped)
         return body, content_type
 
-    def _render(self, encoder: Callable[..., bytes], content_type: str, gzipped: bool) -> bytes:
-        plain = self._bodies.get((content_type, False))
+    def _render(self, encoder: Callable[..., bytes], fmt: str, gzipped: bool) -> bytes:
+        plain = self._bodies.get((fmt, False))
         if plain is None:
             plain = encoder(SnapshotCollector(self.snapshot))
         body = gzip.compress(plain, GZIP_LEVEL) if gzipped else plain
-        self._bodies[(content_type, False)] = plain
-        self._bodies[(content_type, gzipped)] = body
+        self._bodies[(fmt, False)] = plain
+        self._bodies[(fmt, gzipped)] = body
         return body
+
+
+def _without_escaping(content_type: str) -> str:
+    """The format a body depends on. Every name we emit is a legacy-valid Prometheus name
+    (a catalog test checks it), so the UTF-8 escaping scheme Prometheus 3 negotiates cannot
+    change the bytes: Prometheus 2 and 3 share one rendered body."""
+    params = [p.strip() for p in content_type.split(";")]
+    return "; ".join(p for p in params if not p.startswith("escaping="))
 
 
 def render(snapshot: Snapshot) -> Rendered:

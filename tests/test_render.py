@@ -8,6 +8,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from kube_gpu_exporter.exporter import catalog
 from kube_gpu_exporter.exporter.collection import CollectionLoop
+from kube_gpu_exporter.exporter.render import COMMON_ACCEPT_HEADERS
 from kube_gpu_exporter.exporter.scenario import Scenario
 from kube_gpu_exporter.exporter.simulated import SimulatedSampler
 from support import samples, values
@@ -134,3 +135,24 @@ def test_every_catalog_metric_is_documented() -> None:
     missing = [m.name for m in catalog.ALL_METRICS if f"`{m.name}" not in doc]
     assert missing == []
     assert all(kind in doc for kind in catalog.ERROR_KINDS)
+
+
+def test_names_are_legacy_valid_so_escaping_cannot_change_a_body() -> None:
+    import re
+
+    legacy = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+    for metric in catalog.ALL_METRICS:
+        assert legacy.match(metric.name)
+        for label in (
+            *catalog.DEVICE_LABELS,
+            *catalog.MIG_LABELS,
+            *catalog.POD_LABELS,
+            *metric.labels,
+        ):
+            assert legacy.match(label)
+    loop = CollectionLoop(SimulatedSampler(Scenario.parse(NODE), clock=lambda: 0.0), 10)
+    rendered = loop.cycle()
+    prometheus2, _ = rendered.body(COMMON_ACCEPT_HEADERS[1], gzipped=False)
+    prometheus3, content_type = rendered.body(COMMON_ACCEPT_HEADERS[2], gzipped=False)
+    assert "escaping=allow-utf-8" in content_type
+    assert prometheus3 is prometheus2  # one render serves both

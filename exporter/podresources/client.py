@@ -32,8 +32,8 @@ from .v1 import api_pb2
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_RESOURCE_PATTERNS: Final = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+from .defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET  # noqa: E402  (re-exported)
+
 # gRPC's default receive limit (4 MiB) broke dcgm-exporter on a 4.7 MB answer (its #509);
 # Kubernetes' own e2e client uses 16 MiB.
 MAX_RECEIVE_MESSAGE_LENGTH: Final = 16 << 20

@@ -1,0 +1,72 @@
+"""The node under test: 8 A100 80GB GPUs, each split into seven 1g.10gb MIG instances.
+
+A fully partitioned HGX A100 is the largest device count a common node shows NVML (8 GPUs +
+56 MIG instances = 64 devices, so the most series per scrape), which is why the bench uses it.
+The scenario is generated in code rather than kept as YAML so its shape is stated once here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_gpu_exporter.exporter.scenario import Scenario, ScenarioSpec
+
+GPUS = 8
+MIG_PER_GPU = 7
+MIG_PROFILE = "1g.10gb"
+# The GPU-instance ids an A100 80GB gives its seven 1g.10gb slices.
+FIRST_GPU_INSTANCE_ID = 7
+GIB = 1 << 30
+MIG_MEMORY_BYTES = 9984 << 20
+
+
+def _mig(gpu: int, slot: int) -> dict[str, Any]:
+    return {
+        "profile": MIG_PROFILE,
+        "gpu_instance_id": FIRST_GPU_INSTANCE_ID + slot,
+        "memory_total_bytes": MIG_MEMORY_BYTES,
+        "readings": {"memory_used_bytes": ((gpu + slot) % 9) * GIB},
+    }
+
+
+def _gpu(gpu: int) -> dict[str, Any]:
+    """One partitioned GPU with varied readings, and two processes on its first slices."""
+    processes = [
+        {
+            "pid": 4000 + 10 * gpu + slot,
+            "used_memory_bytes": 2 * GIB,
+            "sm_utilization": 0.4,
+            "gpu_instance_id": FIRST_GPU_INSTANCE_ID + slot,
+            "compute_instance_id": 0,
+        }
+        for slot in range(2)
+    ]
+    return {
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total_bytes": 80 * GIB,
+        "power_limit_watts": 400,
+        "energy_joules": 1.0e6 * (gpu + 1),
+        "readings": {
+            "temperature_celsius": 40 + 3 * gpu,
+            "power_watts": 150 + 20 * gpu,
+            "sm_clock_mhz": 1410,
+            "memory_clock_mhz": 1593,
+        },
+        "processes": processes,
+        "mig": [_mig(gpu, slot) for slot in range(MIG_PER_GPU)],
+    }
+
+
+def node_scenario() -> Scenario:
+    """The 64-device node, validated through the same model as scenario files."""
+    spec = ScenarioSpec.model_validate(
+        {
+            "description": f"{GPUS} A100 80GB GPUs × {MIG_PER_GPU} {MIG_PROFILE} MIG instances",
+            "driver_version": "550.54.15",
+            "devices": [_gpu(gpu) for gpu in range(GPUS)],
+        }
+    )
+    return Scenario(spec, source="bench/node.py")
+
+
+DEVICE_COUNT = GPUS * (1 + MIG_PER_GPU)
