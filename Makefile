@@ -40,7 +40,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) system-deps lint
+	$(VENV)/bin/kube-gpu-exporter generate --check
 	$(VENV)/bin/pytest -m "not gpu"
+
+# Regenerate deploy/ and docs/runbooks.md from the thresholds (commit the result).
+generate: $(STAMP)
+	$(VENV)/bin/kube-gpu-exporter generate
 
 # Run on a machine with a real NVIDIA driver (the device machine).
 test-gpu: $(STAMP)

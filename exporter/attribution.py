@@ -73,6 +73,9 @@ class PodDirectory(Protocol):
     def owner_of_process(self, pid: int) -> Holder | None:
         """The container a host PID runs in, or None when that cannot be known."""
 
+    def dra_device_uuid(self, pool: str, device: str) -> str | None:
+        """The uuid a DRA device of gpu.nvidia.com stands for (from its ResourceSlice)."""
+
 
 class NoPodDirectory:
     """Without the Kubernetes API: no extra labels, and no process can be tied to a pod."""
@@ -81,6 +84,9 @@ class NoPodDirectory:
         return {}
 
     def owner_of_process(self, pid: int) -> Holder | None:
+        return None
+
+    def dra_device_uuid(self, pool: str, device: str) -> str | None:
         return None
 
 
@@ -106,23 +112,30 @@ def attribute(
     identities: dict[str, DeviceIdentity] = {}
     unmapped: Counter[str] = Counter()
     allocated: Counter[str] = Counter()
+    # (holder, resource, device id, shared by construction) for device plugins and DRA alike.
+    claims: list[tuple[Holder, str, str | None, bool]] = []
     for alloc in listing.allocations:
         holder = Holder(alloc.namespace, alloc.pod, alloc.container)
         for raw in alloc.device_ids:
-            allocated[alloc.resource] += 1
             ref = parse_device_id(raw)
-            device = resolver.resolve(ref.base)
-            if device is None:
-                unmapped[alloc.resource] += 1
-                continue
-            holding = holdings.setdefault(device.uuid, _Holding(alloc.resource))
-            holding.holders.add(holder)
-            holding.replicated |= ref.replica is not None or alloc.resource.endswith(".shared")
-            identities[device.uuid] = device
+            renamed = alloc.resource.endswith(".shared")
+            claims.append((holder, alloc.resource, ref.base, ref.replica is not None or renamed))
     for dra in listing.dra:
         if dra.driver == NVIDIA_DRA_DRIVER:
-            # Resolving pool/device to a UUID needs the ResourceSlices (Kubernetes API).
-            unmapped[f"dra/{dra.driver}"] += 1
+            # A DRA device is named by pool and device; its ResourceSlice gives the uuid.
+            holder = Holder(dra.namespace, dra.pod, dra.container)
+            uuid = directory.dra_device_uuid(dra.pool, dra.device)
+            claims.append((holder, f"dra/{dra.driver}", uuid, dra.share_id is not None))
+    for holder, resource, device_id, replicated in claims:
+        allocated[resource] += 1
+        device = resolver.resolve(device_id) if device_id else None
+        if device is None:
+            unmapped[resource] += 1
+            continue
+        holding = holdings.setdefault(device.uuid, _Holding(resource))
+        holding.holders.add(holder)
+        holding.replicated |= replicated
+        identities[device.uuid] = device
 
     samples = {d.identity.uuid: d for d in devices}
     allocations: list[AllocationSample] = []

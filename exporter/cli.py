@@ -28,8 +28,12 @@ from .server import PROBE_PATHS, build_app
 from .units import parse_duration
 from .webconfig import WebConfig, load_web_config, web_middlewares
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy checks rules/ as the top-level package `rules` (see rules/_deps.py)
+    from rules import generate as generate_cli
+
     from .podresources.client import PodResourcesClient, PodResourcesWatcher
+else:
+    from kube_gpu_exporter.rules import generate as generate_cli
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCENARIO.yaml",
         help="play a scenario file instead of reading NVML (for machines without a GPU)",
     )
+    generate = commands.add_parser(
+        "generate",
+        help="write the alert rules, promtool tests, runbooks and dashboards",
+    )
+    generate_cli.add_arguments(generate)
+
     kubelet = serve.add_argument_group("pod attribution (kubelet pod-resources API)")
     kubelet.add_argument(
         "--kubelet.pod-resources-socket",
@@ -315,6 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "generate":
+        return int(generate_cli.run(args))
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -66,6 +66,9 @@ class _Directory:
             labels[label_name(key)] = pod.labels.get(key, "")
         return labels
 
+    def dra_device_uuid(self, pool: str, device: str) -> str | None:
+        return None  # ResourceSlices are not watched yet: such claims count as unmapped
+
     def owner_of_process(self, pid: int) -> Holder | None:
         ref = container_of(pid, self._procfs)
         if ref is None:

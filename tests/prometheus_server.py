@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ def run_prometheus(
     scrape_interval: str = "1s",
     rule_files: Sequence[Path] = (),
     alertmanager: str | None = None,
+    extra_jobs: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[Prometheus]:
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus is not installed (make test installs it)"
@@ -59,7 +60,8 @@ def run_prometheus(
     config: dict[str, Any] = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": list(targets)}]},
+            {"job_name": name, "static_configs": [{"targets": list(hosts)}]}
+            for name, hosts in {job: targets, **(extra_jobs or {})}.items()
         ],
         "rule_files": [str(p) for p in rule_files],
     }

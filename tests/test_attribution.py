@@ -34,6 +34,7 @@ devices:
       - {profile: 3g.40gb, gpu_instance_id: 2, uuid: MIG-44444444-0000-4000-8000-000000000000,
          memory_total_bytes: 40GiB}
   - uuid: GPU-55555555-0000-4000-8000-000000000000
+  - uuid: GPU-77777777-0000-4000-8000-000000000000
 """
     ).state_at(0)
 ).devices
@@ -55,6 +56,11 @@ class Directory:
 
     def owner_of_process(self, pid: int) -> Holder | None:
         return self.owners.get(pid)
+
+    def dra_device_uuid(self, pool: str, device: str) -> str | None:
+        """As the ResourceSlice of node-1 says: device gpu-7 is GPU ...77."""
+        known = {("node-1", "gpu-7"): "GPU-77777777-0000-4000-8000-000000000000"}
+        return known.get((pool, device))
 
 
 def alloc(holder: Holder, resource: str, *ids: str) -> ContainerAllocation:
@@ -151,17 +157,29 @@ def test_capacity_unmapped_ids_and_terminated_pods() -> None:
         ),
         dra=(
             DraAllocation("ml", "p", "c", "ml", "claim", "gpu.nvidia.com", "node-1", "gpu-0", None),
+            DraAllocation("ml", "dra-0", "c", "ml", "c", "gpu.nvidia.com", "node-1", "gpu-7", None),
+            DraAllocation("ml", "tpu-0", "c", "ml", "c", "tpu.example.com", "node-1", "t-0", None),
         ),
         allocatable={"nvidia.com/gpu": ("a", "b", "c"), "nvidia.com/mig-3g.40gb": ("x", "y")},
     )
     attr = attribute(NODE, node, Directory({}, gone=frozenset({NOTEBOOK_B})))
     assert attr.unmapped == {"nvidia.com/gpu": 1, "dra/gpu.nvidia.com": 1}
-    assert {a.holder for a in attr.allocations} == {TRAINER, NOTEBOOK_A}  # B's pod has ended
+    dra_holder = Holder("ml", "dra-0", "c")
+    assert {a.holder for a in attr.allocations} == {TRAINER, NOTEBOOK_A, dra_holder}  # B ended
+    (dra,) = [a for a in attr.allocations if a.holder == dra_holder]
+    assert (dra.device.uuid, dra.resource) == (
+        "GPU-77777777-0000-4000-8000-000000000000",
+        "dra/gpu.nvidia.com",
+    )
     cap = attr.capacity
-    assert cap.driver_gpus == 4
+    assert cap.driver_gpus == 5
     assert cap.advertised == {"nvidia.com/gpu": 3, "nvidia.com/mig-3g.40gb": 2}
-    assert cap.allocated == {"nvidia.com/gpu": 3, "nvidia.com/mig-3g.40gb": 1}
-    # GPU 0 held, GPU 2 has an instance held, GPU 5's holder ended: GPUs 1 and 5 are free.
+    assert cap.allocated == {
+        "dra/gpu.nvidia.com": 2,
+        "nvidia.com/gpu": 3,
+        "nvidia.com/mig-3g.40gb": 1,
+    }
+    # GPU 0 held, GPU 2 has an instance held, GPU 7 by DRA, GPU 5's holder ended: 1 and 5 free.
     assert cap.free_gpus == 2
 
 
@@ -169,7 +187,7 @@ def test_without_a_listing_only_the_driver_count_is_known() -> None:
     attr = attribute(NODE, None, Directory({}))
     assert attr.allocations == () and attr.usage == ()
     assert (attr.capacity.driver_gpus, attr.capacity.advertised, attr.capacity.free_gpus) == (
-        4,
+        5,
         None,
         None,
     )

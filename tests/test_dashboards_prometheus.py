@@ -2,8 +2,8 @@
 exporter on the demo scenario, with a kubelet (podresources/v1 over gRPC) whose pods hold some
 of its GPUs and with the generated recording rules loaded: each query returns data.
 
-One explicit exemption: kube-state-metrics is not scraped in tests, so the queries that read
-it (named in `KSM_METRICS`: quota and pending pods) are skipped.
+The queries that read kube-state-metrics (quota, pending pods) run against a fixed
+exposition of those series, scraped as the `kube-state-metrics` job.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import yaml
 
 from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.rules.config import Config
-from kube_gpu_exporter.rules.promql import KSM_METRICS
-from kube_gpu_exporter.rules.promql_names import metric_names
 from kubelet_server import FakeKubelet, container, devices, pod
 from prometheus_server import Prometheus, run_prometheus
-from support import run_exporter
+from support import run_exporter, serve_exposition
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "exporter" / "scenarios" / "demo.yaml"
@@ -63,6 +61,22 @@ GPU = "GPU-{0:08x}-0000-4000-8000-{0:012x}".format  # the demo's uuids
 MIG_3G = "MIG-00030001-0000-4000-8000-000000000000"
 MIG_2G = "MIG-00030005-0000-4000-8000-000000000001"
 
+# What kube-state-metrics says of the demo's pods: a GPU quota, and a pod Pending on a GPU.
+KUBE_STATE_METRICS = "".join(
+    f"{series} {value}\n"
+    for series, value in (
+        ('kube_resourcequota{namespace="ml",resource="requests.nvidia.com/gpu",type="hard"}', 4),
+        ('kube_resourcequota{namespace="ml",resource="requests.nvidia.com/gpu",type="used"}', 2),
+        ('kube_pod_status_phase{namespace="ml",pod="trainer-1",phase="Pending"}', 1),
+        ('kube_pod_status_phase{namespace="ml",pod="trainer-1",phase="Running"}', 0),
+        (
+            'kube_pod_container_resource_requests{namespace="ml",pod="trainer-1",'
+            'container="main",resource="nvidia_com_gpu",unit="integer"}',
+            2,
+        ),
+    )
+)
+
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, str]]:
@@ -96,9 +110,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
             devices("nvidia.com/mig-3g.20gb", MIG_3G),
             devices("nvidia.com/mig-2g.10gb", MIG_2G),
         ]
-        with run_exporter(args, tmp) as exporter:
+        with run_exporter(args, tmp) as exporter, serve_exposition(KUBE_STATE_METRICS) as ksm:
             target = f"127.0.0.1:{exporter.port}"
-            with run_prometheus(tmp, [target], rule_files=[RULES]) as prom:
+            jobs = {"kube-state-metrics": [ksm]}
+            with run_prometheus(tmp, [target], rule_files=[RULES], extra_jobs=jobs) as prom:
                 prom.wait_for('count_over_time(nvidia_gpu_up{job="kube-gpu-exporter"}[1m]) >= 3', 7)
                 prom.wait_for("cluster:nvidia_gpu_utilization_ratio:avg")
                 # The idle-hours subquery steps on 15-second boundaries: wait for the first.
@@ -109,9 +124,6 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
 @pytest.mark.parametrize("expr", _queries())
 def test_every_dashboard_query_returns_data(prometheus: tuple[Prometheus, str], expr: str) -> None:
     prom, target = prometheus
-    ksm = sorted(metric_names(expr) & set(KSM_METRICS))
-    if ksm:
-        pytest.skip(f"kube-state-metrics is not scraped in tests: {ksm}")
     query = fill(expr, target)
     assert prom.query(query), f"no data for {query}"
 

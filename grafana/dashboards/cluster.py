@@ -1,0 +1,215 @@
+"""Cluster observatory: is the fleet used, what does waste cost, who waits for GPUs, what is
+breaking. The platform team's first screen."""
+
+from __future__ import annotations
+
+from .. import queries as qq
+from .._deps import Config, fmt_number, fmt_percent
+from .._deps import catalog as c
+from ..model import Dashboard, Row, Target
+from ..panels import (
+    GREEN,
+    LINK_TAG,
+    ORANGE,
+    RED,
+    bargauge,
+    cluster_variable,
+    currency_unit,
+    dashboard_tags,
+    datasource_variable,
+    line_at,
+    renamed,
+    scoped,
+    stat,
+    table,
+    timeseries,
+)
+
+UID = "kube-gpu-cluster"
+
+
+def build(cfg: Config) -> Dashboard:
+    q = scoped(cfg)
+    node = q.node_label
+    target = cfg.dashboards.efficiency_target
+    idle = fmt_number(cfg.alerts.GPUAllocatedIdle.threshold)
+    idle_pct = fmt_percent(cfg.alerts.GPUAllocatedIdle.threshold)
+    money = currency_unit(cfg)
+    fleet = Row(
+        "Fleet",
+        (
+            stat("GPUs", "none", Target(qq.gpus(q))),
+            stat(
+                "Lost GPUs",
+                "none",
+                Target(qq.lost_gpus(q)),
+                steps=((None, GREEN), (1, RED)),
+                description="Whole GPUs whose nvidia_gpu_up is 0 (fallen off the bus).",
+            ),
+            stat(
+                "Utilization",
+                "percentunit",
+                Target(qq.utilization(q)),
+                steps=((None, ORANGE), (target, GREEN)),
+                description=f"Average over whole GPUs; green from the {fmt_percent(target)} "
+                "efficiency target.",
+            ),
+            stat("Framebuffer in use", "percentunit", Target(qq.memory_ratio(q))),
+            stat("Allocated GPUs", "none", Target(qq.cluster_sum(q, "cluster_allocated"))),
+            stat(
+                "Idle allocated GPUs",
+                "none",
+                Target(qq.cluster_sum(q, "cluster_idle")),
+                steps=((None, GREEN), (1, ORANGE)),
+                description=f"GPUs held by pods that used under {idle_pct} over 5 minutes; "
+                "a shared GPU counts as its share.",
+            ),
+            stat(
+                "Idle cost, last hour",
+                money,
+                Target(qq.cluster_sum(q, "cluster_idle_cost")),
+                description=f"Idle GPU-hours of the last hour at "
+                f"{fmt_number(cfg.cost.gpu_hour)} {cfg.cost.currency} per GPU-hour.",
+            ),
+            stat("Free whole GPUs", "none", Target(qq.total_free_gpus(q))),
+        ),
+    )
+    utilization = Row(
+        "Utilization",
+        (
+            timeseries(
+                "GPU utilization against the efficiency target",
+                "percentunit",
+                Target(qq.utilization(q), "fleet"),
+                min=0,
+                max=1,
+                description=f"The dashed line is the {fmt_percent(target)} efficiency target "
+                "(dashboards.efficiency_target).",
+                **line_at(target, GREEN),
+            ),
+            timeseries(
+                "Utilization per node",
+                "percentunit",
+                Target(qq.utilization(q, (node,)), f"{{{{{node}}}}}"),
+                min=0,
+                max=1,
+            ),
+            timeseries(
+                "Framebuffer in use per node",
+                "percentunit",
+                Target(qq.memory_ratio(q, (node,)), f"{{{{{node}}}}}"),
+                min=0,
+                max=1,
+                **line_at(cfg.alerts.GPUMemoryNearFull.threshold),
+            ),
+            timeseries("Power per node", "watt", Target(qq.power(q, (node,)), f"{{{{{node}}}}}")),
+        ),
+    )
+    waste = Row(
+        "Allocation and waste",
+        (
+            timeseries(
+                "Allocated and idle GPUs",
+                "none",
+                Target(qq.cluster_sum(q, "cluster_allocated"), "allocated"),
+                Target(qq.cluster_sum(q, "cluster_idle"), f"idle (under {idle_pct})"),
+                min=0,
+            ),
+            bargauge(
+                "Idle GPU cost per namespace, last hour",
+                money,
+                Target(
+                    f"sort_desc({qq.namespace_sum(q, 'namespace_idle_cost')})",
+                    "{{namespace}}",
+                    instant=True,
+                ),
+            ),
+            table(
+                f"Idle allocations (5-minute utilization under {idle_pct})",
+                "percentunit",
+                Target(qq.idle_allocations(q, idle), table=True),
+                width=24,
+                hidden_columns=("Time", "__name__"),
+            ),
+        ),
+    )
+    capacity = Row(
+        "Namespaces, quota and pending pods",
+        (
+            table(
+                "GPUs held per namespace against its quota",
+                "none",
+                Target(qq.namespace_sum(q, "namespace_allocated"), table=True),
+                Target(qq.quota(q), table=True),
+                Target(qq.namespace_sum(q, "namespace_idle"), table=True),
+                description="The quota column needs kube-state-metrics "
+                "(kube_resourcequota, resource requests.nvidia.com/gpu).",
+                **renamed(
+                    {"Value #A": "GPUs held", "Value #B": "GPU quota", "Value #C": "idle GPUs"}
+                ),
+            ),
+            table(
+                "Pending GPU pods",
+                "none",
+                Target(qq.pending_gpu_pods(q), table=True),
+                description="Pods in phase Pending that request GPUs (kube-state-metrics).",
+                **renamed({"Value": "GPUs requested"}),
+            ),
+            bargauge(
+                "Free whole GPUs per node",
+                "none",
+                Target(qq.free_gpus(q), f"{{{{{node}}}}}", instant=True),
+                width=24,
+                description="Whole GPUs with nothing allocated on them: where a pod asking "
+                "for a full GPU can still land.",
+            ),
+        ),
+    )
+    health = Row(
+        "Health",
+        (
+            timeseries(
+                "GPUs slowed, by clock-event reason",
+                "none",
+                Target(qq.slowdowns_by_reason(q), "{{reason}}"),
+                min=0,
+            ),
+            timeseries(
+                "Xid errors",
+                "none",
+                Target(qq.xid_events(q, (node, "xid")), f"{{{{{node}}}}} Xid {{{{xid}}}}"),
+                bars=True,
+            ),
+            timeseries(
+                "Hottest GPU per node",
+                "celsius",
+                Target(qq.hottest(q, (node,)), f"{{{{{node}}}}}"),
+                **line_at(cfg.alerts.GPUTemperatureHigh.threshold),
+            ),
+            timeseries(
+                "Uncorrectable ECC errors",
+                "none",
+                Target(qq.ecc_errors(q, c.ECC_UNCORRECTED, (node,)), f"{{{{{node}}}}}"),
+                bars=True,
+            ),
+            table(
+                "Driver versions",
+                "none",
+                Target(qq.driver_versions(q), table=True),
+                width=24,
+                height=6,
+                **renamed({"Value": "GPUs"}),
+            ),
+        ),
+    )
+    return Dashboard(
+        uid=UID,
+        title="GPU / Cluster observatory",
+        description="Fleet utilization, idle allocated GPUs and their cost, quota and "
+        "pending pods, throttling and Xid errors (kube-gpu-exporter).",
+        tags=dashboard_tags(cfg),
+        variables=(datasource_variable(), cluster_variable(cfg)),
+        rows=(fleet, utilization, waste, capacity, health),
+        refresh=cfg.dashboards.refresh,
+        links_tag=LINK_TAG,
+    )

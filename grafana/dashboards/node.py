@@ -1,0 +1,217 @@
+"""Node and GPU detail: every device and MIG instance of the selected nodes — utilization,
+memory, temperature, power, clocks and clock events, errors — plus the exporter's own health
+and the pods holding the devices."""
+
+from __future__ import annotations
+
+from .. import queries as qq
+from .._deps import Config, Query, agg
+from .._deps import catalog as c
+from ..model import Dashboard, Panel, Row, Target
+from ..panels import (
+    GREEN,
+    LINK_TAG,
+    RED,
+    cluster_variable,
+    dashboard_tags,
+    datasource_variable,
+    label_variable,
+    line_at,
+    panel,
+    scoped,
+    stat,
+    table,
+    timeseries,
+)
+
+UID = "kube-gpu-node"
+GPU_LEGEND = "GPU {{gpu}} {{mig_profile}}"
+UP_MAPPING = (("0", "down", RED), ("1", "up", GREEN))
+
+
+def build(cfg: Config) -> Dashboard:
+    base = scoped(cfg)
+    node = base.node_label
+    on_node = base.where(f'{node}=~"$node"')  # exporter-level series: no gpu label
+    q = on_node.where('gpu=~"$gpu"')
+    devices = Row(
+        "Devices",
+        (
+            table(
+                "GPUs and MIG instances",
+                "none",
+                Target(f"{q.sel(c.GPU_INFO)}", table=True),
+                width=24,
+                height=7,
+                hidden_columns=("Time", "__name__", "job", "Value"),
+            ),
+            stat(
+                "Lost GPUs",
+                "none",
+                Target(qq.lost_gpus(q)),
+                steps=((None, GREEN), (1, RED)),
+                width=4,
+            ),
+            stat(
+                "NVML",
+                "none",
+                Target(qq.exporter_value(on_node, c.NVML_UP)),
+                mappings=UP_MAPPING,
+                width=4,
+            ),
+            stat(
+                "Pod resources",
+                "none",
+                Target(qq.exporter_value(on_node, c.POD_RESOURCES_UP)),
+                mappings=UP_MAPPING,
+                width=4,
+            ),
+            stat(
+                "Data age",
+                "s",
+                Target(qq.data_age(on_node)),
+                width=4,
+                description="Time since the last successful collection.",
+            ),
+            stat(
+                "Collection time",
+                "s",
+                Target(qq.exporter_value(on_node, c.COLLECTION_DURATION)),
+                width=4,
+            ),
+            stat(
+                "Compute processes",
+                "none",
+                Target(f"sum({q.sel(c.COMPUTE_PROCESSES)})"),
+                width=4,
+            ),
+        ),
+    )
+    usage = Row(
+        "Utilization and memory",
+        (
+            timeseries(
+                "Utilization",
+                "percentunit",
+                Target(q.sel(c.UTILIZATION), "GPU {{gpu}}"),
+                min=0,
+                max=1,
+                description="NVML gives no utilization for MIG-enabled GPUs and MIG instances.",
+            ),
+            timeseries(
+                "Memory bandwidth utilization",
+                "percentunit",
+                Target(q.sel(c.MEMORY_BANDWIDTH_UTILIZATION), "GPU {{gpu}}"),
+                min=0,
+                max=1,
+            ),
+            timeseries(
+                "Framebuffer used",
+                "bytes",
+                Target(qq.with_profile(q, q.sel(c.MEMORY_USED)), GPU_LEGEND),
+                min=0,
+            ),
+            timeseries(
+                "Framebuffer used, share of the device",
+                "percentunit",
+                Target(qq.device_memory_ratio(q), GPU_LEGEND),
+                min=0,
+                max=1,
+                **line_at(cfg.alerts.GPUMemoryNearFull.threshold),
+            ),
+        ),
+    )
+    thermals = Row(
+        "Temperature, power and clocks",
+        (
+            timeseries(
+                "Temperature",
+                "celsius",
+                Target(q.sel(c.TEMPERATURE), "GPU {{gpu}}"),
+                **line_at(cfg.alerts.GPUTemperatureHigh.threshold),
+            ),
+            timeseries(
+                "Power",
+                "watt",
+                Target(q.sel(c.POWER), "GPU {{gpu}}"),
+                Target(q.sel(c.POWER_LIMIT), "GPU {{gpu}} limit"),
+                min=0,
+            ),
+            timeseries("SM clock", "hertz", Target(q.sel(c.SM_CLOCK), "GPU {{gpu}}")),
+            panel_clock_events(q),
+        ),
+    )
+    errors = Row(
+        "Errors",
+        (
+            timeseries(
+                "Xid errors",
+                "none",
+                Target(qq.xid_events(q, ("gpu", "xid")), "GPU {{gpu}} Xid {{xid}}"),
+                bars=True,
+                width=8,
+            ),
+            timeseries(
+                "ECC errors",
+                "none",
+                Target(qq.ecc_errors(q, c.ECC_CORRECTED, ("gpu",)), "GPU {{gpu}} corrected"),
+                Target(qq.ecc_errors(q, c.ECC_UNCORRECTED, ("gpu",)), "GPU {{gpu}} uncorrected"),
+                bars=True,
+                width=8,
+            ),
+            timeseries(
+                "Exporter collection errors",
+                "none",
+                Target(qq.collection_errors(on_node), "{{kind}}"),
+                bars=True,
+                width=8,
+            ),
+        ),
+    )
+    pods = Row(
+        "Pods on these GPUs",
+        (
+            table(
+                "Allocations",
+                "none",
+                Target(qq.allocations(q), table=True),
+                hidden_columns=("Time", "Value"),
+            ),
+            timeseries(
+                "Utilization per pod",
+                "percentunit",
+                Target(qq.pod_metric(q, c.POD_UTILIZATION), "{{namespace}}/{{pod}} GPU {{gpu}}"),
+                min=0,
+                max=1,
+            ),
+        ),
+    )
+    return Dashboard(
+        uid=UID,
+        title="GPU / Node and GPU detail",
+        description="Every GPU and MIG instance of the selected nodes (kube-gpu-exporter).",
+        tags=dashboard_tags(cfg),
+        variables=(
+            datasource_variable(),
+            cluster_variable(cfg),
+            label_variable(base, "node", node, c.GPU_INFO, "Node"),
+            label_variable(on_node, "gpu", "gpu", c.GPU_INFO, "GPU"),
+        ),
+        rows=(devices, usage, thermals, errors, pods),
+        refresh=cfg.dashboards.refresh,
+        links_tag=LINK_TAG,
+    )
+
+
+def panel_clock_events(q: Query) -> Panel:
+    """Which slowdown reasons hold, per GPU, as a state timeline (0 blank, 1 coloured)."""
+    active = q.sel(c.CLOCK_EVENT_ACTIVE, f'reason=~"{qq.SLOWDOWNS}"')
+    return panel(
+        "state-timeline",
+        "Clock events (slowdown reasons)",
+        "none",
+        Target(agg("max", ("gpu", "reason"), active), "GPU {{gpu}} {{reason}}"),
+        mappings=(("0", "off", "transparent"), ("1", "active", RED)),
+        description="sw_power_cap: at the power limit; *_thermal_slowdown: too hot; "
+        "hw_slowdown: the board cuts clocks; hw_power_brake_slowdown: external power brake.",
+    )

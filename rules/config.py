@@ -1,0 +1,328 @@
+"""The thresholds file: one YAML document that every generated rule, test, runbook and dashboard
+reads, validated once so that a typo fails `generate` instead of shipping a rule that never fires.
+
+Validation is pydantic (extra keys forbidden, models frozen): the validated `Config` *is* the
+frozen config object `rules/` and `grafana/` read, in the kubernetes-mixin manner. Every key has
+a default taken from the field (utilization under 10 % for 30 minutes is waste, framebuffer over
+95 % is OOM risk, over 85 °C is throttling territory), so `generate` with no file at all produces
+the committed `deploy/`. `rules/thresholds.example.yaml` documents every key; a test proves it
+equals these defaults.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from ._deps import parse_size
+
+
+class ConfigError(ValueError):
+    """A thresholds file that cannot be used; the message is one line naming key and value."""
+
+
+# --- value types --------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^(0|(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?)$")
+_DURATION_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _check_duration(value: str) -> str:
+    if not value or not _DURATION.fullmatch(value):
+        raise ValueError("must be a non-negative Prometheus duration such as 30m or 1h30m")
+    return value
+
+
+def duration_seconds(value: str) -> float:
+    """`1h30m` → 5400.0 (the value is already validated)."""
+    seconds = 0.0
+    for number, unit in re.findall(r"(\d+)(ms|[ywdhms])", value):
+        seconds += int(number) * (0.001 if unit == "ms" else _DURATION_SECONDS[unit])
+    return seconds
+
+
+def _check_matchers(value: str) -> str:
+    if not parse_matchers(value):
+        raise ValueError('must be label matchers such as job="kube-gpu-exporter"')
+    selector_labels(value)
+    return value
+
+
+def selector_labels(matchers: str) -> dict[str, str]:
+    """Labels that a series needs to be selected by `matchers`: the value of each `=`, the
+    first alternative of each `=~` (which must be a plain word that the regex matches).
+    The generated promtool tests build their input series with these."""
+    labels: dict[str, str] = {}
+    for name, op, value in parse_matchers(matchers):
+        if op == "=":
+            labels[name] = value
+            continue
+        first = value.split("|")[0]
+        if not re.fullmatch(r"[A-Za-z0-9_.:/-]+", first) or not re.fullmatch(value, first):
+            raise ValueError(f"the regex of {name}=~ must start with a plain alternative")
+        labels[name] = first
+    return labels
+
+
+def _size(value: Any) -> Any:
+    return parse_size(value) if isinstance(value, str) else value
+
+
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+
+Duration = Annotated[str, AfterValidator(_check_duration)]
+Ratio = Annotated[float, Field(strict=True, gt=0, lt=1)]
+LabelName = Annotated[str, Field(pattern=_LABEL_NAME)]
+Matchers = Annotated[str, AfterValidator(_check_matchers)]
+Severity = Literal["critical", "warning", "info"]
+Bytes = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+Xid = Annotated[int, Field(strict=True, gt=0)]
+K8sName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+LabelValue = Annotated[
+    str, Field(max_length=63, pattern=r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+]
+
+
+def parse_matchers(text: str) -> list[tuple[str, str, str]]:
+    """`job="a", env=~"p.*"` → [("job", "=", "a"), ("env", "=~", "p.*")]; [] if not matchers.
+
+    Only `=` and `=~` are accepted: the generated promtool tests must be able to build input
+    series that the selector selects, which needs a value for every matched label.
+    """
+    out: list[tuple[str, str, str]] = []
+    pos = 0
+    while pos < len(text):
+        match = _MATCHER.match(text, pos)
+        if not match:
+            return []
+        out.append((match.group(1), match.group(2), match.group(3)))
+        pos = match.end()
+    return out
+
+
+# --- the schema ---------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AlertSettings(_Model):
+    """What every alert has: an enable switch, how long the condition must hold, a severity."""
+
+    enabled: Annotated[bool, Field(strict=True)] = True
+    for_: Duration = Field(default="5m", alias="for")
+    severity: Severity = "warning"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class IdleAlert(AlertSettings):
+    for_: Duration = Field(default="30m", alias="for")
+    threshold: Ratio = 0.1  # 5-minute average utilization below which an allocation is idle
+
+
+class MemoryAlert(AlertSettings):
+    threshold: Ratio = 0.95  # framebuffer used / total
+
+
+class TemperatureAlert(AlertSettings):
+    threshold: Annotated[float, Field(strict=True, gt=0, le=150)] = 85.0  # °C
+
+
+class XidAlert(AlertSettings):
+    for_: Duration = Field(default="0m", alias="for")
+    window: Duration = "10m"
+    xids: Annotated[tuple[Xid, ...], Field(min_length=1)]
+
+
+class HardwareXidAlert(XidAlert):
+    severity: Severity = "critical"
+    xids: Annotated[tuple[Xid, ...], Field(min_length=1)] = (
+        48, 62, 64, 74, 79, 92, 94, 95, 119, 120,
+    )  # fmt: skip
+
+
+class ApplicationXidAlert(XidAlert):
+    severity: Severity = "info"
+    xids: Annotated[tuple[Xid, ...], Field(min_length=1)] = (13, 31, 43, 45, 68, 109)
+
+
+class EccAlert(AlertSettings):
+    for_: Duration = Field(default="0m", alias="for")
+    severity: Severity = "critical"
+    window: Duration = "10m"
+
+
+class PowerBrakeAlert(AlertSettings):
+    for_: Duration = Field(default="1m", alias="for")
+
+
+class LostAlert(AlertSettings):
+    for_: Duration = Field(default="1m", alias="for")
+    severity: Severity = "critical"
+
+
+class NotAdvertisedAlert(AlertSettings):
+    for_: Duration = Field(default="10m", alias="for")
+
+
+class PartiallyAdvertisedAlert(AlertSettings):
+    for_: Duration = Field(default="30m", alias="for")
+
+
+class LeakAlert(AlertSettings):
+    for_: Duration = Field(default="15m", alias="for")
+    threshold: Bytes = 1 << 30  # framebuffer held with no pod and no process
+
+
+class DriverMismatchAlert(AlertSettings):
+    for_: Duration = Field(default="1h", alias="for")
+    severity: Severity = "info"
+
+
+class AbsentAlert(AlertSettings):
+    for_: Duration = Field(default="15m", alias="for")
+
+
+class StaleAlert(AlertSettings):
+    threshold: Duration = "2m"  # age of the last successful collection
+
+
+class PodResourcesAlert(AlertSettings):
+    for_: Duration = Field(default="10m", alias="for")
+
+
+class Alerts(_Model):
+    """One entry per alert, by alert name. A class per alert whose defaults differ, so that
+    overriding one key (say `severity`) keeps that alert's other defaults; an unknown name is
+    an error (a typo would otherwise silently leave the real alert on its defaults)."""
+
+    GPUAllocatedIdle: IdleAlert = IdleAlert()
+    GPUMemoryNearFull: MemoryAlert = MemoryAlert()
+    GPUMemoryLeaked: LeakAlert = LeakAlert()
+    GPUXidApplicationErrors: ApplicationXidAlert = ApplicationXidAlert()
+    GPUTemperatureHigh: TemperatureAlert = TemperatureAlert()
+    GPUThermalThrottling: AlertSettings = AlertSettings()
+    GPUHardwareSlowdown: AlertSettings = AlertSettings()
+    GPUPowerBrake: PowerBrakeAlert = PowerBrakeAlert()
+    GPUXidErrors: HardwareXidAlert = HardwareXidAlert()
+    GPUEccUncorrectable: EccAlert = EccAlert()
+    GPULost: LostAlert = LostAlert()
+    GPUNotAdvertised: NotAdvertisedAlert = NotAdvertisedAlert()
+    GPUPartiallyAdvertised: PartiallyAdvertisedAlert = PartiallyAdvertisedAlert()
+    GPUDriverVersionMismatch: DriverMismatchAlert = DriverMismatchAlert()
+    KubeGpuExporterDown: AlertSettings = AlertSettings()
+    KubeGpuExporterAbsent: AbsentAlert = AbsentAlert()
+    KubeGpuExporterStale: StaleAlert = StaleAlert()
+    KubeGpuExporterNvmlDown: AlertSettings = AlertSettings()
+    KubeGpuExporterPodResourcesDown: PodResourcesAlert = PodResourcesAlert()
+
+
+class Selectors(_Model):
+    """Label matchers inserted between {} of every query, as the mixins do."""
+
+    exporter: Matchers = 'job="kube-gpu-exporter"'
+    kube_state_metrics: Matchers = 'job="kube-state-metrics"'
+
+
+class Labels(_Model):
+    node: LabelName = "instance"  # the target label that names a node
+    cluster: Annotated[str, Field(pattern=r"^([a-zA-Z_][a-zA-Z0-9_]*)?$")] = ""  # "" = one cluster
+
+
+class PrometheusRuleSettings(_Model):
+    name: K8sName = "kube-gpu-exporter"
+    namespace: K8sName = "monitoring"
+    labels: dict[LabelName, LabelValue] = {"release": "kube-prometheus-stack"}
+
+
+class Cost(_Model):
+    gpu_hour: Annotated[float, Field(strict=True, ge=0)] = 2.5  # price of one GPU for one hour
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "USD"
+
+
+class Dashboards(_Model):
+    namespace: K8sName = "monitoring"
+    folder: Annotated[str, Field(min_length=1, max_length=100)] = "GPU"
+    folder_annotation: Annotated[str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9_.-]+$")] = (
+        "grafana_folder"
+    )
+    tags: tuple[Annotated[str, Field(min_length=1)], ...] = ("gpu", "kube-gpu-exporter")
+    refresh: Duration = "30s"
+    efficiency_target: Ratio = 0.7  # the line drawn on utilization panels
+
+
+class Config(_Model):
+    """The validated thresholds file: the frozen config read by rules/ and grafana/."""
+
+    selectors: Selectors = Selectors()
+    labels: Labels = Labels()
+    runbook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = (
+        "https://github.com/kube-gpu-exporter/kube-gpu-exporter/blob/main/docs/runbooks.md"
+    )
+    prometheus_rule: PrometheusRuleSettings = PrometheusRuleSettings()
+    cost: Cost = Cost()
+    dashboards: Dashboards = Dashboards()
+    alerts: Alerts = Alerts()
+
+    def alert(self, name: str) -> AlertSettings:
+        settings = getattr(self.alerts, name)
+        assert isinstance(settings, AlertSettings), name
+        return settings
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path | None) -> Config:
+    """The config in `path`, or the defaults when no file is given."""
+    if path is None:
+        return Config()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str = "<thresholds>") -> Config:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise ConfigError(f"{source}: not valid YAML{line}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: top level: must be a mapping (got {data!r})")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    """One line: the dotted key path, what is wrong, and the value that was given."""
+    err = exc.errors()[0]
+    path = ""
+    for part in err["loc"]:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            # A union's branch name ("function-after[...]") is pydantic's, not the user's key.
+            if "[" in str(part):
+                continue
+            path += f".{part}" if path else str(part)
+    value = err.get("input")
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    return f"{path or 'top level'}: {message} (got {value!r})"

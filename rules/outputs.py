@@ -1,0 +1,81 @@
+"""The files `generate` writes, rendered in memory, and how they compare with the disk.
+
+The outputs are a pure function of the config, so `--check` is a byte comparison and a second
+run writes identical files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .alerts import alert_groups
+from .config import Config
+from .promtool_tests import tests_file
+from .recording import recording_groups
+from .render import prometheus_rule, rules_file
+from .runbooks import runbooks_markdown
+
+if TYPE_CHECKING:  # mypy sees the source folders as top-level packages (see _deps.py)
+    from grafana.dashboards import build_all
+    from grafana.render import configmap, dashboard_json
+else:
+    from kube_gpu_exporter.grafana.dashboards import build_all
+    from kube_gpu_exporter.grafana.render import configmap, dashboard_json
+
+RULES_FILE = "rules.yaml"
+DASHBOARDS_DIR = "dashboards"
+
+
+def render_outputs(cfg: Config) -> dict[str, str]:
+    """Every file under the output folder, by relative path, in a stable order."""
+    groups = (*recording_groups(cfg), *alert_groups(cfg))
+    alerts = tuple(a for g in groups for a in g.alerts)
+    out = {
+        "prometheus-rule.yaml": prometheus_rule(cfg, groups),
+        RULES_FILE: rules_file(cfg, groups),
+        "rules-test.yaml": tests_file(cfg, alerts, RULES_FILE),
+    }
+    for dashboard in build_all(cfg):
+        out[f"{DASHBOARDS_DIR}/{dashboard.uid}.json"] = dashboard_json(dashboard)
+        out[f"{DASHBOARDS_DIR}/{dashboard.uid}-configmap.yaml"] = configmap(cfg, dashboard)
+    return out
+
+
+def planned_files(cfg: Config, out_dir: Path, runbooks: Path) -> dict[Path, str]:
+    files = {out_dir / name: text for name, text in render_outputs(cfg).items()}
+    files[runbooks] = runbooks_markdown(cfg)
+    return files
+
+
+def stale_files(out_dir: Path, planned: dict[Path, str]) -> list[Path]:
+    """Generated-looking files in the dashboards folder that this config no longer makes."""
+    folder = out_dir / DASHBOARDS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in (".json", ".yaml") and p.is_file() and p not in planned
+    )
+
+
+def check(planned: dict[Path, str], out_dir: Path) -> list[str]:
+    """What differs between the planned output and the files on disk, one line each."""
+    problems = []
+    for path, text in planned.items():
+        if not path.is_file():
+            problems.append(f"missing: {path}")
+        elif path.read_bytes() != text.encode():
+            problems.append(f"differs: {path}")
+    problems += [f"not generated: {p}" for p in stale_files(out_dir, planned)]
+    return problems
+
+
+def write(planned: dict[Path, str], out_dir: Path) -> None:
+    for path, text in planned.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_bytes() != text.encode():
+            path.write_bytes(text.encode())
+    for path in stale_files(out_dir, planned):
+        path.unlink()

@@ -1,0 +1,153 @@
+"""PromQL building blocks as functions of the config: selectors, label lists and joins.
+
+Every query in rules/ and grafana/ is written with these, so the job selector, the optional
+cluster label and the node label name are inserted in one place (the kubernetes-mixin's
+"selectors inserted between {}"), and metric names come from the catalog's `Metric` objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._deps import catalog as c
+from .config import Config
+
+# Metrics from kube-state-metrics that the dashboards read (where it is scraped). Named here so
+# the catalog test can tell them from typos: everything else must be in the exporter's catalog.
+KSM_RESOURCEQUOTA = "kube_resourcequota"
+KSM_POD_STATUS_PHASE = "kube_pod_status_phase"
+KSM_CONTAINER_RESOURCE_REQUESTS = "kube_pod_container_resource_requests"
+KSM_METRICS: tuple[str, ...] = (
+    KSM_RESOURCEQUOTA,
+    KSM_POD_STATUS_PHASE,
+    KSM_CONTAINER_RESOURCE_REQUESTS,
+)
+# Series Prometheus itself writes for every target.
+PROMETHEUS_METRICS: tuple[str, ...] = ("up",)
+
+POD_LABELS: tuple[str, ...] = ("namespace", "pod")
+
+
+def by(labels: tuple[str, ...]) -> str:
+    """` by (a, b)`, or nothing for an empty list (a plain aggregation)."""
+    return f" by ({', '.join(labels)})" if labels else ""
+
+
+def agg(op: str, labels: tuple[str, ...], expr: str) -> str:
+    """`sum by (a, b) (expr)`; `sum(expr)` when `labels` is empty."""
+    return f"{op}{by(labels)} ({expr})" if labels else f"{op}({expr})"
+
+
+def fmt_number(value: float) -> str:
+    """A threshold as a person writes it: 85, 0.95, 2.5 — never 85.0."""
+    return f"{value:g}"
+
+
+def fmt_percent(ratio: float) -> str:
+    return f"{ratio * 100:g}%"
+
+
+def fmt_bytes(value: int) -> str:
+    """1073741824 → 1GiB, as the thresholds file may write it."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size and value % size == 0:
+            return f"{value // size}{unit}"
+    return f"{value}B"
+
+
+@dataclass(frozen=True)
+class Query:
+    """Selectors and label sets of one config.
+
+    `matchers` are extra matchers put in every exporter selector and `scope` those put in
+    every selector (the cluster): none in rules, the dashboard variables
+    (`cluster="$cluster"`, `instance=~"$node"`) in panels.
+    """
+
+    config: Config
+    matchers: tuple[str, ...] = ()
+    scope: tuple[str, ...] = ()
+
+    def where(self, *matchers: str) -> Query:
+        """The same queries with `matchers` added to every exporter selector."""
+        return Query(self.config, self.matchers + matchers, self.scope)
+
+    def everywhere(self, *matchers: str) -> Query:
+        """`matchers` (the cluster's) added to every selector: the exporter's, the recorded
+        series' and kube-state-metrics'."""
+        return Query(self.config, self.matchers + matchers, self.scope + matchers)
+
+    @property
+    def cluster(self) -> tuple[str, ...]:
+        """The cluster label as a label list: empty in a single-cluster setup."""
+        return (self.config.labels.cluster,) if self.config.labels.cluster else ()
+
+    @property
+    def node_label(self) -> str:
+        return self.config.labels.node
+
+    @property
+    def node(self) -> tuple[str, ...]:
+        """Labels that identify a node."""
+        return (*self.cluster, self.node_label)
+
+    @property
+    def device(self) -> tuple[str, ...]:
+        """Labels that identify a device (a GPU or a MIG instance) across the fleet."""
+        return (*self.node, "uuid")
+
+    @property
+    def device_display(self) -> tuple[str, ...]:
+        """Device identity plus the `gpu` index people read in alerts and legends."""
+        return (*self.node, "gpu", "uuid")
+
+    @property
+    def allocation(self) -> tuple[str, ...]:
+        """Labels of one pod's hold on one device."""
+        return (*self.device_display, *POD_LABELS)
+
+    def sel(self, metric: c.Metric, *matchers: str) -> str:
+        """`metric{job="…", <extra>}` for an exporter metric from the catalog."""
+        parts = [self.config.selectors.exporter, *self.matchers, *matchers]
+        return f"{metric.name}{{{', '.join(parts)}}}"
+
+    def up(self) -> str:
+        """Prometheus' `up` series of the exporter's targets."""
+        return f"up{{{', '.join([self.config.selectors.exporter, *self.matchers])}}}"
+
+    def ksm(self, name: str, *matchers: str) -> str:
+        """A kube-state-metrics series (named in KSM_METRICS), with its job selector."""
+        assert name in KSM_METRICS, name
+        parts = [self.config.selectors.kube_state_metrics, *self.scope, *matchers]
+        return f"{name}{{{', '.join(parts)}}}"
+
+    def recorded(self, name: str, *matchers: str) -> str:
+        """A series of our recording rules: aggregated, so without the job label."""
+        parts = [*self.scope, *matchers]
+        return f"{name}{{{', '.join(parts)}}}" if parts else name
+
+    def on(self, labels: tuple[str, ...]) -> str:
+        return f"on ({', '.join(labels)})"
+
+    def mig_parents(self) -> str:
+        """One series per MIG-enabled GPU, keyed by its own uuid: to leave such parents out of
+        per-device memory rules, since their framebuffer is the sum of their instances'."""
+        info = self.sel(c.GPU_INFO, 'parent_uuid!=""')
+        return f'label_replace({info}, "uuid", "$1", "parent_uuid", "(.+)")'
+
+    def pods_on(self, device_expr: str) -> str:
+        """`device_expr` (one series per device) once per pod allocated to the device, with the
+        pod's `namespace` and `pod`; devices no pod holds keep one series without them.
+
+        The pod side is the "many" side of the join, so a device shared by three pods yields
+        three series — one alert per pod — while the value stays the device's.
+        """
+        pods = agg("max", self.allocation, self.sel(c.ALLOCATION_INFO))
+        device = agg("max", self.device_display, device_expr)
+        return (
+            f"{pods}\n"
+            f"  * {self.on(self.device)} group_left ()\n"
+            f"  ({device_expr})\n"
+            f"or {self.on(self.device)}\n"
+            f"{device}"
+        )

@@ -1,0 +1,126 @@
+"""Recording rules: utilization by namespace and cluster, allocated versus idle GPUs, and what
+idle GPUs cost.
+
+Names follow `level:metric:operations`. The allocation group defines "idle" once, with the
+same threshold as GPUAllocatedIdle, and the dashboards read these series instead of repeating
+the joins:
+
+- a pod's hold on a device is worth `1 / k` GPUs when `k` pods share the device (time-slicing
+  or MPS) and 1 when it holds the device alone, so shared GPUs are not counted `k` times;
+- the hold is idle when the pod's 5-minute average utilization of the device is under the
+  threshold;
+- idle GPU-hours over the last hour integrate the idle-GPU count with a 15-second subquery, so
+  the result does not depend on the rule evaluation interval.
+
+MIG instances have no utilization in NVML, so a pod on a MIG instance is never counted idle.
+"""
+
+from __future__ import annotations
+
+from ._deps import catalog as c
+from .config import Config
+from .model import RecordingRule, RuleGroup
+from .promql import Query, agg, fmt_number
+
+NS = "namespace"
+
+
+def names(q: Query) -> dict[str, str]:
+    """Recorded series' names by role; the dashboards read them from here too."""
+    alloc = f"{q.node_label}_uuid_namespace_pod"
+    return {
+        "node_utilization": f"{q.node_label}:nvidia_gpu_utilization_ratio:avg",
+        "cluster_utilization": "cluster:nvidia_gpu_utilization_ratio:avg",
+        "cluster_memory_used": "cluster:nvidia_gpu_memory_used_bytes:sum",
+        "cluster_memory_total": "cluster:nvidia_gpu_memory_total_bytes:sum",
+        "cluster_gpus": "cluster:nvidia_gpu_gpus:count",
+        "namespace_utilization": "namespace:nvidia_gpu_pod_utilization_ratio:avg",
+        "namespace_memory_used": "namespace:nvidia_gpu_pod_memory_used_bytes:sum",
+        "allocation_share": f"{alloc}:nvidia_gpu_allocated_gpus:share",
+        "allocation_utilization": f"{alloc}:nvidia_gpu_pod_utilization_ratio:sum_avg5m",
+        "allocation_idle": f"{alloc}:nvidia_gpu_idle_gpus:share",
+        "namespace_allocated": "namespace:nvidia_gpu_allocated_gpus:sum",
+        "namespace_idle": "namespace:nvidia_gpu_idle_gpus:sum",
+        "cluster_allocated": "cluster:nvidia_gpu_allocated_gpus:sum",
+        "cluster_idle": "cluster:nvidia_gpu_idle_gpus:sum",
+        "namespace_idle_hours": "namespace:nvidia_gpu_idle_gpu_hours:sum1h",
+        "cluster_idle_hours": "cluster:nvidia_gpu_idle_gpu_hours:sum1h",
+        "namespace_idle_cost": "namespace:nvidia_gpu_idle_cost:sum1h",
+        "cluster_idle_cost": "cluster:nvidia_gpu_idle_cost:sum1h",
+    }
+
+
+def utilization_group(q: Query) -> RuleGroup:
+    n = names(q)
+    whole = 'parent_uuid=""'  # a MIG-enabled GPU's memory already covers its instances
+    rules = (
+        RecordingRule(n["node_utilization"], agg("avg", q.node, q.sel(c.UTILIZATION))),
+        RecordingRule(n["cluster_utilization"], agg("avg", q.cluster, q.sel(c.UTILIZATION))),
+        RecordingRule(n["cluster_memory_used"], agg("sum", q.cluster, q.sel(c.MEMORY_USED, whole))),
+        RecordingRule(
+            n["cluster_memory_total"], agg("sum", q.cluster, q.sel(c.MEMORY_TOTAL, whole))
+        ),
+        RecordingRule(n["cluster_gpus"], agg("count", q.cluster, q.sel(c.GPU_INFO, whole))),
+        RecordingRule(
+            n["namespace_utilization"], agg("avg", (*q.cluster, NS), q.sel(c.POD_UTILIZATION))
+        ),
+        RecordingRule(
+            n["namespace_memory_used"], agg("sum", (*q.cluster, NS), q.sel(c.POD_MEMORY_USED))
+        ),
+    )
+    return RuleGroup("kube-gpu-exporter.utilization.rules", rules)
+
+
+def allocation_group(cfg: Config, q: Query) -> RuleGroup:
+    n = names(q)
+    holds = agg("max", q.allocation, q.sel(c.ALLOCATION_INFO))
+    pods_per_device = agg(
+        "count", q.device, agg("max", (*q.device, *("namespace", "pod")), q.sel(c.ALLOCATION_INFO))
+    )
+    threshold = fmt_number(cfg.alerts.GPUAllocatedIdle.threshold)
+    price = fmt_number(cfg.cost.gpu_hour)
+    rules = (
+        RecordingRule(
+            n["allocation_share"],
+            f"{holds}\n  / {q.on(q.device)} group_left ()\n{pods_per_device}",
+        ),
+        RecordingRule(
+            n["allocation_utilization"],
+            agg("sum", q.allocation, f"avg_over_time({q.sel(c.POD_UTILIZATION)}[5m])"),
+        ),
+        RecordingRule(
+            n["allocation_idle"],
+            f"{n['allocation_share']}\n"
+            f"  and {q.on(q.allocation)}\n"
+            f"{n['allocation_utilization']} < {threshold}",
+        ),
+        RecordingRule(
+            n["namespace_allocated"], agg("sum", (*q.cluster, NS), n["allocation_share"])
+        ),
+        # Zero rather than absent for a namespace that holds GPUs and wastes none, so that
+        # the hourly integral and the dashboards see the zeros.
+        RecordingRule(
+            n["namespace_idle"],
+            f"{agg('sum', (*q.cluster, NS), n['allocation_idle'])}\n"
+            f"or 0 * {n['namespace_allocated']}",
+        ),
+        RecordingRule(n["cluster_allocated"], agg("sum", q.cluster, n["namespace_allocated"])),
+        RecordingRule(n["cluster_idle"], agg("sum", q.cluster, n["namespace_idle"])),
+        # Mean idle GPUs over the last hour (absent minutes count as 0) = idle GPU-hours.
+        # Dividing by the subquery's own step count keeps it right whether the range is
+        # closed (Prometheus 2) or left-open (Prometheus 3).
+        RecordingRule(
+            n["namespace_idle_hours"],
+            f"sum_over_time({n['namespace_idle']}[1h:15s])\n"
+            "  / scalar(count_over_time(vector(1)[1h:15s]))",
+        ),
+        RecordingRule(n["cluster_idle_hours"], agg("sum", q.cluster, n["namespace_idle_hours"])),
+        RecordingRule(n["namespace_idle_cost"], f"{n['namespace_idle_hours']} * {price}"),
+        RecordingRule(n["cluster_idle_cost"], f"{n['cluster_idle_hours']} * {price}"),
+    )
+    return RuleGroup("kube-gpu-exporter.allocation.rules", rules)
+
+
+def recording_groups(cfg: Config) -> tuple[RuleGroup, ...]:
+    q = Query(cfg)
+    return (utilization_group(q), allocation_group(cfg, q))
