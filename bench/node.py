@@ -2,7 +2,9 @@
 
 A fully partitioned HGX A100 is the largest device count a common node shows NVML (8 GPUs +
 56 MIG instances = 64 devices, so the most series per scrape), which is why the bench uses it.
-The scenario is generated in code rather than kept as YAML so its shape is stated once here.
+The attribution bench adds a ninth, unpartitioned GPU that ten time-slicing replicas share,
+with one compute process per replica, so the per-process split of a shared GPU runs too.
+The scenarios are generated in code rather than kept as YAML so their shape is stated once here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ MIG_PROFILE = "1g.10gb"
 FIRST_GPU_INSTANCE_ID = 7
 GIB = 1 << 30
 MIG_MEMORY_BYTES = 9984 << 20
+# The attribution node's ninth GPU: time-slicing replicas <uuid>::0..9, one process each.
+SHARED_REPLICAS = 10
+SHARED_FIRST_PID = 9000
 
 
 def _mig(gpu: int, slot: int) -> dict[str, Any]:
@@ -57,6 +62,24 @@ def _gpu(gpu: int) -> dict[str, Any]:
     }
 
 
+def _shared_gpu() -> dict[str, Any]:
+    """A whole GPU shared by time-slicing: one compute process per replica's pod."""
+    return {
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total_bytes": 80 * GIB,
+        "power_limit_watts": 400,
+        "readings": {"utilization": 0.55, "memory_used_bytes": 4 * GIB * SHARED_REPLICAS},
+        "processes": [
+            {
+                "pid": SHARED_FIRST_PID + replica,
+                "used_memory_bytes": 4 * GIB,
+                "sm_utilization": 0.05 + 0.01 * replica,
+            }
+            for replica in range(SHARED_REPLICAS)
+        ],
+    }
+
+
 def node_scenario() -> Scenario:
     """The 64-device node, validated through the same model as scenario files."""
     spec = ScenarioSpec.model_validate(
@@ -69,4 +92,18 @@ def node_scenario() -> Scenario:
     return Scenario(spec, source="bench/node.py")
 
 
+def attribution_scenario() -> Scenario:
+    """The 64-device node plus one whole GPU shared by time-slicing (65 devices)."""
+    spec = ScenarioSpec.model_validate(
+        {
+            "description": f"{GPUS} A100 80GB GPUs × {MIG_PER_GPU} {MIG_PROFILE} MIG instances "
+            f"and one A100 shared by {SHARED_REPLICAS} time-slicing replicas",
+            "driver_version": "550.54.15",
+            "devices": [*(_gpu(gpu) for gpu in range(GPUS)), _shared_gpu()],
+        }
+    )
+    return Scenario(spec, source="bench/node.py")
+
+
 DEVICE_COUNT = GPUS * (1 + MIG_PER_GPU)
+ATTRIBUTION_DEVICE_COUNT = DEVICE_COUNT + 1

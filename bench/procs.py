@@ -67,7 +67,10 @@ def http_text(url: str) -> str:
         return str(response.read().decode())
 
 
-def exporter_command(port: int, interval_seconds: int) -> list[str]:
+def exporter_command(
+    port: int, interval_seconds: int, pod_resources_socket: str = "", *extra: str
+) -> list[str]:
+    """`serve` on the fake NVML; attribution is off unless a kubelet socket is given."""
     return [
         sys.executable,
         "-m",
@@ -75,6 +78,8 @@ def exporter_command(port: int, interval_seconds: int) -> list[str]:
         "serve",
         f"--collector.interval={interval_seconds}s",
         f"--web.listen-address={HOST}:{port}",
+        f"--kubelet.pod-resources-socket={pod_resources_socket}",
+        *extra,
     ]
 
 
@@ -174,6 +179,17 @@ def rss_bytes(pid: int | str = "self") -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise BenchError(f"no VmRSS in /proc/{pid}/status")
+
+
+def count_samples(metrics_text: str, name: str = "") -> int:
+    """Samples in Prometheus text; with `name`, only that family's (labelled or not)."""
+    return sum(
+        1
+        for line in metrics_text.splitlines()
+        if line
+        and not line.startswith("#")
+        and (not name or line.startswith((name + "{", name + " ")))
+    )
 
 
 def sample_value(metrics_text: str, name: str) -> float:

@@ -14,9 +14,15 @@ import subprocess
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cycles import CpuPerCycle, RssTrack
 from wrk import Load, WrkResult
+
+if TYPE_CHECKING:
+    # Types only: importing attribution loads gRPC, which must stay out of the bench
+    # process until the issue-2 figures (attribution off) are taken.
+    from attribution import CallCpu, ChurnTrack
 
 START_MARKER = "<!-- results:start -->"
 END_MARKER = "<!-- results:end -->"
@@ -66,6 +72,23 @@ class IdleExporter:
 
 
 @dataclass(frozen=True)
+class AttributionRun:
+    """Pod attribution (issue 3): the exporter with a kubelet, and attribution in-process."""
+
+    devices: int
+    pods: int
+    series: int  # samples per scrape with attribution on
+    allocations: int  # nvidia_gpu_allocation_info series once attributed
+    kubelet_interval_s: int
+    scrapes: PlainAndGzip
+    rss_ready: int  # the exporter subprocess (gRPC loaded) once its allocations were served
+    rss_end: int  # ... and after its scrape runs
+    cpu: tuple[CallCpu, ...]
+    churn: ChurnTrack
+    churn_mig_gpus: int  # MIG GPUs kept in the churn run (with the shared GPU)
+
+
+@dataclass(frozen=True)
 class Results:
     devices: int
     series: int
@@ -80,6 +103,7 @@ class Results:
     exporter_rss_end: int  # ... and after all its scrape runs
     cpu: CpuPerCycle
     rss: RssTrack
+    attribution: AttributionRun
 
 
 def _verdict(ok: bool) -> str:
@@ -141,11 +165,20 @@ def _scrape_row(server: str, encoding: str, result: WrkResult, target: bool) -> 
 
 
 def scrape_table(r: Results) -> list[str]:
-    rows = [
-        ("kube-gpu-exporter", r.ours, True),
-        (f"kube-gpu-exporter, every NVML call {r.stall.delay_ms / 1000:g} s", r.ours_stalled, True),
-        ("prometheus-client `start_http_server`", r.theirs, False),
-    ]
+    return _scrape_rows(
+        [
+            ("kube-gpu-exporter", r.ours, True),
+            (
+                f"kube-gpu-exporter, every NVML call {r.stall.delay_ms / 1000:g} s",
+                r.ours_stalled,
+                True,
+            ),
+            ("prometheus-client `start_http_server`", r.theirs, False),
+        ]
+    )
+
+
+def _scrape_rows(rows: list[tuple[str, PlainAndGzip, bool]]) -> list[str]:
     lines = [
         "| server | encoding | p50 | p99 | req/s | body | errors | p99 < 5 ms |",
         "|---|---|---:|---:|---:|---:|---:|---|",
@@ -229,6 +262,75 @@ def memory_table(r: Results) -> list[str]:
     ]
 
 
+def attribution_cpu_table(r: Results) -> list[str]:
+    lines = [
+        f"| directory | mean | p99 | max | share of one core at a {r.interval_s} s interval |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for cpu in r.attribution.cpu:
+        lines.append(
+            f"| {cpu.directory} | {cpu.mean_s * 1000:.3f} ms | {cpu.p99_s * 1000:.3f} ms | "
+            f"{cpu.max_s * 1000:.3f} ms | {cpu.mean_s / r.interval_s:.3%} |"
+        )
+    return lines
+
+
+def attribution_memory_table(r: Results) -> list[str]:
+    a = r.attribution
+    churn = a.churn
+    cycles = churn.points[-1][0]
+    mb = 1_000_000
+    return [
+        "| figure | value | target |",
+        "|---|---:|---|",
+        f"| exporter subprocess VmRSS, attribution on: allocations served → after its scrape "
+        f"runs | {_mib(a.rss_ready)} → {_mib(a.rss_end)} | |",
+        f"| exporter subprocess VmRSS, attribution off (above): once ready → after its scrape "
+        f"runs | {_mib(r.exporter_rss_ready)} → {_mib(r.exporter_rss_end)} | |",
+        f"| churn: VmRSS after warm-up (cycle 0) | {_mib(churn.start)} | |",
+        f"| churn: VmRSS after {cycles:,} create/delete cycles | {_mib(churn.end)} | |",
+        f"| churn: growth, cycle 0 → {cycles:,} | {churn.growth / mb:+.3f} MB | "
+        f"< 1 MB: {_verdict(churn.met)} |",
+        f"| churn: growth over the second half | {churn.second_half_growth / mb:+.3f} MB | |",
+    ]
+
+
+def attribution_section(r: Results) -> list[str]:
+    a = r.attribution
+    churn = a.churn
+    cycles = churn.points[-1][0]
+    checkpoints = " → ".join(f"{v / MIB:.2f}" for _, v in churn.points)
+    partitioned = (
+        "one partitioned GPU and its"
+        if a.churn_mig_gpus == 1
+        else f"{a.churn_mig_gpus} partitioned GPUs and their"
+    )
+    return [
+        "### Pod attribution (issue 3)",
+        "",
+        f"Node: {a.devices} devices (the 64 above, plus one whole GPU shared by 10 "
+        f"time-slicing replicas), {a.pods} pods (one per MIG instance, "
+        "`nvidia.com/mig-1g.10gb`; ten on the shared GPU, `nvidia.com/gpu` `<uuid>::0..9`).",
+        "",
+        f"CPU of one `attribute()` call, in-process, over {a.cpu[0].calls:,} calls:",
+        "",
+        *attribution_cpu_table(r),
+        "",
+        f"Scrapes with attribution on (`--kubelet.interval={a.kubelet_interval_s}s`, the pods "
+        f"served over gRPC by a fake kubelet): {a.series} samples per scrape, "
+        f"{a.allocations} `nvidia_gpu_allocation_info` series.",
+        "",
+        *_scrape_rows([("kube-gpu-exporter, attribution on", a.scrapes, True)]),
+        "",
+        *attribution_memory_table(r),
+        "",
+        f"Churn: {cycles:,} create/delete cycles (two collection cycles each) in "
+        f"{churn.seconds:.0f} s over {churn.devices} devices ({partitioned} MIG "
+        f"instances, and the shared GPU) and {churn.pods_base} pods + the one that comes "
+        f"and goes. VmRSS (MiB) at every {max(1, cycles // 10):,} cycles: {checkpoints}",
+    ]
+
+
 def render(r: Results, when: str) -> str:
     stall = r.stall
     load = r.load
@@ -260,6 +362,8 @@ def render(r: Results, when: str) -> str:
         "### Memory (in-process cycles)",
         "",
         *memory_table(r),
+        "",
+        *attribution_section(r),
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,14 +1,20 @@
 """`make bench`: scrape latency, CPU and memory of the exporter on a 64-device node.
 
 The node is a fake libnvidia-ml (tests/fakenvml) playing 8 A100s × 7 MIG instances, so the
-bench runs anywhere and every run sees the same node. Steps, in order:
+bench runs anywhere and every run sees the same node. Steps 1-5 (issue 2) run with pod
+attribution off; steps 6-8 (issue 3) add a ninth GPU shared by ten time-slicing replicas and
+66 pods. In order:
 
 1. the exporter subprocess idle (CPU per cycle from /proc), then scraped by wrk, plain and
    gzip;
 2. the same scrapes while every NVML call sleeps 2 s (collection stalled);
 3. prometheus-client's `start_http_server` over the same snapshot, scraped the same way;
 4. CPU per `CollectionLoop.cycle()` in this process;
-5. VmRSS of this process over many cycles.
+5. VmRSS of this process over many cycles;
+6. the exporter subprocess with attribution on, its pods served by a fake gRPC kubelet in
+   this process, scraped by wrk, plain and gzip;
+7. CPU per `attribute()` call in this process;
+8. VmRSS of this process over many pod create/delete cycles.
 
 Figures are reported beside their targets, never asserted: the exit status is non-zero only
 when something the bench needs breaks (a server does not start, wrk is missing, ...).
@@ -30,9 +36,10 @@ import wrk
 from cycles import CpuPerCycle, CycleBench, RssTrack
 from errors import BenchError
 from fake import FakeNode, load_in_process, prepare
-from node import DEVICE_COUNT, node_scenario
+from node import ATTRIBUTION_DEVICE_COUNT, DEVICE_COUNT, attribution_scenario, node_scenario
 from procs import ThreadCpu
 from report import (
+    AttributionRun,
     IdleExporter,
     PlainAndGzip,
     Results,
@@ -50,6 +57,10 @@ README = Path(__file__).resolve().with_name("README.md")
 STALL_DELAY_MS = 2000
 COLLECTIONS = "kube_gpu_exporter_collections_total"
 LAST_SUCCESS = "kube_gpu_exporter_last_collection_success_timestamp_seconds"
+ALLOCATION_INFO = "nvidia_gpu_allocation_info"
+# The churn run keeps GPU 0 (and its MIG instances) besides the shared GPU: 9 devices, so
+# 10,000 create/delete cycles (20,000 collection cycles) take about two minutes.
+CHURN_MIG_GPUS = (0,)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class Settings:
     idle_s: float
     cpu_cycles: int
     rss_cycles: int
+    attribution_calls: int
+    churn_cycles: int
     write_readme: bool
 
 
@@ -67,6 +80,12 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--quick", action="store_true", help="a fast smoke run of every step")
     parser.add_argument("--cycles", type=int, help="cycles for the RSS run (default 10000)")
     parser.add_argument("--cpu-cycles", type=int, help="cycles timed for CPU (default 200)")
+    parser.add_argument(
+        "--attribution-calls", type=int, help="attribute() calls timed for CPU (default 1000)"
+    )
+    parser.add_argument(
+        "--churn-cycles", type=int, help="pod create/delete cycles for RSS (default 10000)"
+    )
     parser.add_argument("--duration", type=int, help="seconds per wrk run (default 15)")
     parser.add_argument("--idle", type=float, help="seconds of idle exporter CPU (default 60)")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections")
@@ -83,6 +102,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         idle_s=args.idle or (2.2 * args.interval if quick else 60.0),
         cpu_cycles=args.cpu_cycles or (20 if quick else 200),
         rss_cycles=args.cycles or (200 if quick else 10_000),
+        attribution_calls=args.attribution_calls or (100 if quick else 1_000),
+        churn_cycles=args.churn_cycles or (200 if quick else 10_000),
         write_readme=not (quick or args.no_readme),
     )
 
@@ -229,6 +250,110 @@ def bench_cycles(node: FakeNode, settings: Settings) -> tuple[CpuPerCycle, RssTr
     return cpu, rss
 
 
+@dataclass(frozen=True)
+class AttributedExporter:
+    series: int
+    allocations: int
+    scrapes: PlainAndGzip
+    rss_ready: int
+    rss_end: int
+
+
+def wait_for_allocations(server: procs.Server, expected: int, interval_s: float) -> str:
+    """/metrics once every pod is attributed: the kubelet was asked and a cycle ran since."""
+    deadline = time.monotonic() + procs.START_TIMEOUT_SECONDS + 3 * interval_s
+    while True:
+        body = procs.http_text(server.metrics_url)
+        found = procs.count_samples(body, ALLOCATION_INFO)
+        if found == expected:
+            return body
+        if server.proc.poll() is not None:
+            raise BenchError(f"the exporter exited: {server.last_log_line()}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"{found} of {expected} {ALLOCATION_INFO} series after waiting")
+        time.sleep(0.2)
+
+
+def bench_attribution_exporter(
+    node: FakeNode, scenario: Scenario, settings: Settings, work_dir: Path
+) -> AttributedExporter:
+    """The exporter with a kubelet socket; the kubelet (gRPC) runs in this process."""
+    # Imported here: both load gRPC, which steps 1-5 (attribution off) must not carry.
+    from attribution import node_allocatable, node_pods
+
+    from kubelet_server import FakeKubelet
+
+    state = scenario.state_at(0)
+    pods = node_pods(state)
+    port = procs.free_port()
+    socket = work_dir / "kubelet.sock"
+    interval = f"--kubelet.interval={settings.interval_s}s"
+    command = procs.exporter_command(port, settings.interval_s, str(socket), interval)
+    with FakeKubelet(socket) as kubelet:
+        kubelet.pods = pods
+        kubelet.allocatable = node_allocatable(state)
+        say(f"starting the exporter with attribution on {procs.HOST}:{port} ({len(pods)} pods)")
+        with procs.running("exporter-attr", command, port, node.env, work_dir, "/readyz") as srv:
+            body = wait_for_allocations(srv, len(pods), settings.interval_s)
+            rss_ready = procs.rss_bytes(srv.proc.pid)
+            say(f"  {len(pods)} pods attributed")
+            scrapes = scrape_both(srv.metrics_url, settings.load, "exporter, attribution on")
+            rss_end = procs.rss_bytes(srv.proc.pid)
+    return AttributedExporter(
+        procs.count_samples(body),
+        procs.count_samples(body, ALLOCATION_INFO),
+        scrapes,
+        rss_ready,
+        rss_end,
+    )
+
+
+def bench_attribution(
+    node: FakeNode, scenario: Scenario, settings: Settings, work_dir: Path
+) -> AttributionRun:
+    from attribution import (
+        ChurnBench,
+        attribution_cpu,
+        node_allocatable,
+        node_pods,
+        parse_listing,
+        sample_node,
+    )
+
+    exporter = bench_attribution_exporter(node, scenario, settings, work_dir)
+    load_in_process(node)
+    nvml = sample_node()
+    state = scenario.state_at(0)
+    pods = node_pods(state)
+    listing = parse_listing(pods, node_allocatable(state))
+    say(f"CPU of {settings.attribution_calls:,} attribute() calls in-process")
+    cpu = attribution_cpu(nvml, listing, len(pods), settings.attribution_calls)
+    for each in cpu:
+        say(f"  {each.directory}: mean {each.mean_s * 1000:.3f} ms, p99 {each.p99_s * 1000:.3f} ms")
+    say(f"VmRSS over {settings.churn_cycles:,} pod create/delete cycles in-process")
+    churn_bench = ChurnBench(nvml, state, CHURN_MIG_GPUS, settings.interval_s)
+    try:
+        churn = churn_bench.run(
+            settings.churn_cycles,
+            lambda done, value: say(f"  {done:>6} cycles: {value >> 10} KiB"),
+        )
+    finally:
+        churn_bench.close()
+    return AttributionRun(
+        devices=ATTRIBUTION_DEVICE_COUNT,
+        pods=len(pods),
+        series=exporter.series,
+        allocations=exporter.allocations,
+        kubelet_interval_s=settings.interval_s,
+        scrapes=exporter.scrapes,
+        rss_ready=exporter.rss_ready,
+        rss_end=exporter.rss_end,
+        cpu=cpu,
+        churn=churn,
+        churn_mig_gpus=len(CHURN_MIG_GPUS),
+    )
+
+
 def run(settings: Settings) -> Results:
     wrk.wrk_path()  # fail before building anything
     scenario = node_scenario()
@@ -238,6 +363,10 @@ def run(settings: Settings) -> Results:
         exporter = bench_exporter(node, scenario, settings, work_dir)
         theirs = bench_client(node, settings, work_dir)
         cpu, rss = bench_cycles(node, settings)
+        shared = attribution_scenario()
+        attributed_node = FakeNode(node.lib_dir, work_dir / "nvml-state-attribution")
+        attributed_node.set_delay(shared, 0)
+        attribution = bench_attribution(attributed_node, shared, settings, work_dir)
     return Results(
         devices=DEVICE_COUNT,
         series=exporter.series,
@@ -252,6 +381,7 @@ def run(settings: Settings) -> Results:
         exporter_rss_end=exporter.rss_end,
         cpu=cpu,
         rss=rss,
+        attribution=attribution,
     )
 
 
