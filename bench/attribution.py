@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from cycles import RssTrack
 from errors import BenchError
 from node import MIG_PROFILE, SHARED_FIRST_PID, SHARED_REPLICAS
 from procs import rss_bytes
@@ -245,32 +246,13 @@ class _SplitDirectorySource(DirectorySource):
         return True
 
 
-@dataclass(frozen=True)
-class ChurnTrack:
+@dataclass(frozen=True, kw_only=True)
+class ChurnTrack(RssTrack):
+    """VmRSS over create/delete cycles (RssTrack's figures), and what was churned."""
+
     devices: int
     pods_base: int  # pods in the listing without the churned one
-    points: tuple[tuple[int, int], ...]  # (create/delete cycles done, VmRSS bytes)
     seconds: float
-
-    @property
-    def start(self) -> int:
-        return self.points[0][1]
-
-    @property
-    def end(self) -> int:
-        return self.points[-1][1]
-
-    @property
-    def peak(self) -> int:
-        return max(rss for _, rss in self.points)
-
-    @property
-    def growth(self) -> int:
-        return self.end - self.start
-
-    @property
-    def second_half_growth(self) -> int:
-        return self.end - self.points[len(self.points) // 2][1]
 
     @property
     def met(self) -> bool:
@@ -344,4 +326,9 @@ class ChurnBench:
             if done % step == 0 or done == cycles:
                 points.append((done, rss_bytes()))
                 progress(done, points[-1][1])
-        return ChurnTrack(self.devices, len(self._base), tuple(points), time.monotonic() - started)
+        return ChurnTrack(
+            points=tuple(points),
+            devices=self.devices,
+            pods_base=len(self._base),
+            seconds=time.monotonic() - started,
+        )
