@@ -136,12 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCENARIO.yaml",
         help="play a scenario file instead of reading NVML (for machines without a GPU)",
     )
-    generate = commands.add_parser(
-        "generate",
-        help="write the alert rules, promtool tests, runbooks and dashboards",
-    )
-    generate_cli.add_arguments(generate)
-
     kubelet = serve.add_argument_group("pod attribution (kubelet pod-resources API)")
     kubelet.add_argument(
         "--kubelet.pod-resources-socket",
@@ -211,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
+
+    generate = commands.add_parser(
+        "generate",
+        help="write the alert rules, promtool tests, runbooks and dashboards",
+    )
+    generate_cli.add_arguments(generate)
     return parser
 
 

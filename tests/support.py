@@ -7,11 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TypeVar
 
@@ -134,9 +136,6 @@ def run_exporter(
 def serve_exposition(text: str) -> Iterator[str]:
     """A fixed Prometheus text exposition on a loopback port (e.g. kube-state-metrics series
     for queries that join them); yields its `host:port` target."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     body = text.encode()
 
     class Handler(BaseHTTPRequestHandler):
