@@ -239,7 +239,8 @@ KUBERNETES_API_UP = Metric(
     "kube_gpu_exporter_kubernetes_api_up",
     G,
     "",
-    "1 if the watch of this node's pods is established, 0 if not (absent when disabled).",
+    "1 if the watches of this node's pods and ResourceSlices are established, 0 if not "
+    "(absent when disabled).",
     X,
 )
 COLLECTION_ERRORS = Metric(

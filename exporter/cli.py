@@ -22,7 +22,6 @@ from aiohttp import web
 from . import __version__, logs
 from .collection import CollectionLoop, Sampler
 from .errors import InputError
-from .kube_pods import PodWatcher
 from .podresources.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from .server import PROBE_PATHS, build_app
 from .units import parse_duration
@@ -31,6 +30,7 @@ from .webconfig import WebConfig, load_web_config, web_middlewares
 if TYPE_CHECKING:  # mypy checks rules/ as the top-level package `rules` (see rules/_deps.py)
     from rules import generate as generate_cli
 
+    from .kube_directory import KubeDirectory
     from .podresources.client import PodResourcesClient, PodResourcesWatcher
 else:
     from kube_gpu_exporter.rules import generate as generate_cli
@@ -245,27 +245,31 @@ def _pod_resources(
     return client, PodResourcesWatcher(client, args.kubelet_interval)
 
 
-def _pod_watcher(args: argparse.Namespace) -> PodWatcher | None:
-    """The Kubernetes pod watch (the `kubernetes` package is imported only when enabled)."""
+def _kube_directory(args: argparse.Namespace) -> KubeDirectory | None:
+    """The pod and ResourceSlice watches (`kubernetes` is imported only when enabled)."""
     if not args.kubernetes:
         return None
-    return PodWatcher(args.node_name, args.kubeconfig)
+    from .kube_directory import KubeDirectory
+    from .kube_pods import PodWatcher
+    from .resource_slices import ResourceSliceWatcher
+
+    labels = [key.strip() for key in args.pod_labels.split(",") if key.strip()]
+    pods = PodWatcher(args.node_name, args.kubeconfig)
+    slices = ResourceSliceWatcher(args.node_name, args.kubeconfig)
+    return KubeDirectory(pods, Path(args.procfs), labels, slices)
 
 
 async def _serve(
-    args: argparse.Namespace, web_config: WebConfig, sampler: Sampler, pods: PodWatcher | None
+    args: argparse.Namespace,
+    web_config: WebConfig,
+    sampler: Sampler,
+    directory: KubeDirectory | None,
 ) -> None:
     pod_resources = _pod_resources(args)
     attribution = None
     if pod_resources is not None:
         from .attribution_source import AttributionSource
 
-        directory = None
-        if pods is not None:
-            from .kube_directory import KubeDirectory
-
-            labels = [key.strip() for key in args.pod_labels.split(",") if key.strip()]
-            directory = KubeDirectory(pods, Path(args.procfs), labels)
         attribution = AttributionSource(pod_resources[1], directory)
     collection = CollectionLoop(sampler, args.interval, attribution)
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
@@ -288,8 +292,8 @@ async def _serve(
         loop.add_signal_handler(sig, stop.set)
     if pod_resources is not None:
         pod_resources[1].start()
-    if pods is not None:
-        pods.start()
+    if directory is not None and attribution is not None:
+        directory.start()
     collection.start()
     scheme = "https" if web_config.ssl_context else "http"
     log.info("serving on %s://%s:%d%s", scheme, host or "0.0.0.0", port, args.telemetry_path)
@@ -301,8 +305,8 @@ async def _serve(
         client, watcher = pod_resources
         await watcher.stop()
         await client.close()
-    if pods is not None:
-        await asyncio.get_running_loop().run_in_executor(None, pods.stop)
+    if directory is not None:
+        await asyncio.get_running_loop().run_in_executor(None, directory.stop)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -312,9 +316,9 @@ def serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     try:
         web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
-        pods = _pod_watcher(args)
+        directory = _kube_directory(args)
         sampler = _sampler(args)
-        asyncio.run(_serve(args, web_config, sampler, pods))
+        asyncio.run(_serve(args, web_config, sampler, directory))
     except (UsageError, InputError) as exc:
         print(f"kube-gpu-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -2,7 +2,8 @@
 
 Used only with `--kubernetes.enabled`: the kubelet's pod-resources API names pods but not
 their uids or container ids, which is what a process's cgroup reveals. The pod watch joins
-the two, so a PID on a shared GPU can be charged to the container it runs in.
+the two, so a PID on a shared GPU can be charged to the container it runs in. The
+ResourceSlice watch turns the kubelet's DRA (pool, device) names into NVML uuids.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .attribution import Holder, PodDirectory
 from .attribution_source import DirectorySource
 from .cgroups import container_of
 from .kube_pods import PodIndex, PodWatcher
+from .resource_slices import ResourceSliceWatcher
 
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -25,28 +27,59 @@ def label_name(pod_label: str) -> str:
 
 
 class KubeDirectory(DirectorySource):
-    def __init__(self, watcher: PodWatcher, procfs: Path, pod_labels: Sequence[str]) -> None:
+    def __init__(
+        self,
+        watcher: PodWatcher,
+        procfs: Path,
+        pod_labels: Sequence[str],
+        slices: ResourceSliceWatcher | None = None,
+    ) -> None:
         self._watcher = watcher
+        self._slices = slices
         self._procfs = procfs
         self._pod_labels = tuple(pod_labels)
 
+    def start(self) -> None:
+        self._watcher.start()
+        if self._slices is not None:
+            self._slices.start()
+
+    def stop(self) -> None:
+        self._watcher.stop()
+        if self._slices is not None:
+            self._slices.stop()
+
     def directory(self) -> PodDirectory:
-        return _Directory(self._watcher.index(), self._watcher.up, self._procfs, self._pod_labels)
+        return _Directory(
+            self._watcher.index(), self._watcher.up, self._procfs, self._pod_labels, self._slices
+        )
 
     @property
     def up(self) -> bool | None:
-        return self._watcher.up
+        """Both watches established (a cluster without DRA counts as a ResourceSlice watch
+        with nothing to miss)."""
+        return self._watcher.up and (self._slices is None or self._slices.up)
 
     @property
     def errors_total(self) -> Mapping[str, int]:
-        return self._watcher.errors_total
+        """Errors of both watches by kind; the ResourceSlice watch's as `resourceslices_<kind>`."""
+        errors = dict(self._watcher.errors_total)
+        if self._slices is not None:
+            errors |= {f"resourceslices_{k}": n for k, n in self._slices.errors_total.items()}
+        return errors
 
 
 class _Directory:
     def __init__(
-        self, index: PodIndex, synced: bool, procfs: Path, pod_labels: tuple[str, ...]
+        self,
+        index: PodIndex,
+        synced: bool,
+        procfs: Path,
+        pod_labels: tuple[str, ...],
+        slices: ResourceSliceWatcher | None,
     ) -> None:
         self._index = index
+        self._slices = slices
         self._synced = synced
         self._procfs = procfs
         self._pod_labels = pod_labels
@@ -67,7 +100,8 @@ class _Directory:
         return labels
 
     def dra_device_uuid(self, pool: str, device: str) -> str | None:
-        return None  # ResourceSlices are not watched yet: such claims count as unmapped
+        """None (the claim counts as unmapped) until the device's ResourceSlice is seen."""
+        return self._slices.device_uuid(pool, device) if self._slices is not None else None
 
     def owner_of_process(self, pid: int) -> Holder | None:
         ref = container_of(pid, self._procfs)

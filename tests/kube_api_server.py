@@ -1,7 +1,9 @@
 """A Kubernetes API server for tests: pods list and watch over real HTTP, with fault hooks.
 
-It answers `GET /api/v1/pods` as kube-apiserver does for the calls the exporter makes:
-- a list (`fieldSelector=spec.nodeName=<node>`) → a PodList with `metadata.resourceVersion`;
+It answers `GET /api/v1/pods` and `GET /apis/resource.k8s.io/<version>/resourceslices` as
+kube-apiserver does for the calls the exporter makes:
+- a list (`fieldSelector=spec.nodeName=<node>[,spec.driver=<driver>]`) → a list with
+  `metadata.resourceVersion`;
 - a watch (`watch=true&resourceVersion=N`) → a chunked stream of newline-delimited events
   (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) from N on, ended after `timeoutSeconds` (with a
   bookmark first when `allowWatchBookmarks=true`), by `end_watches()`, or when the client goes;
@@ -9,9 +11,11 @@ It answers `GET /api/v1/pods` as kube-apiserver does for the calls the exporter 
   in a 200 stream (what the watch cache does) or as an HTTP 410 Status (the other form clients
   meet), chosen by `expire(form)`.
 
-Hooks change pods while watches are open (`put`, `delete`; with `notify=False` the change is
-only seen by a relist, as if its event had been compacted away), answer the next requests with
-an error status (`fail`), or hold them longer than a client's timeout (`stall`).
+Hooks change objects while watches are open (`put`, `delete`, `put_slice`, `delete_slice`; with
+`notify=False` the change is only seen by a relist, as if its event had been compacted away),
+answer the next pod requests with an error status (`fail`), or hold the next requests longer
+than a client's timeout (`stall`). `slice_versions` names the resource.k8s.io versions served
+(none: a cluster without DRA).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 NODE = "node-a"
+PODS = "pods"
+SLICES = "resourceslices"
+PODS_PATH = "/api/v1/pods"
+SLICES_PATH = "/apis/resource.k8s.io/{version}/resourceslices"
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class Request:
     """One request as the server saw it (query values are the last of each name)."""
 
     at: float
+    path: str
     watch: bool
     params: Mapping[str, str]
     answered: int  # HTTP status
@@ -90,6 +99,42 @@ def make_pod(
     }
 
 
+def make_slice(
+    name: str,
+    devices: Mapping[str, Mapping[str, str]],
+    *,
+    pool: str = NODE,
+    generation: int = 1,
+    node: str = NODE,
+    driver: str = "gpu.nvidia.com",
+    version: str = "v1",
+) -> dict[str, Any]:
+    """A ResourceSlice; `devices` maps device name → string attributes (`uuid`, `type`, …).
+
+    In v1beta1 a device's attributes sit under `basic`, as the API serves them there.
+    """
+
+    def device(dev_name: str, attributes: Mapping[str, str]) -> dict[str, Any]:
+        attrs = {"attributes": {k: {"string": v} for k, v in attributes.items()}}
+        return (
+            {"name": dev_name, "basic": attrs}
+            if version == "v1beta1"
+            else {"name": dev_name, **attrs}
+        )
+
+    return {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name, "uid": str(uuid.uuid4())},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
+            "devices": [device(n, a) for n, a in devices.items()],
+        },
+    }
+
+
 def write_kubeconfig(path: Path, server: str) -> Path:
     """A kubeconfig for `server` without auth (JSON is valid YAML)."""
     config = {
@@ -122,14 +167,17 @@ REASONS = {410: "Expired", 500: "InternalError", 503: "ServiceUnavailable", 429:
 class KubeApiServer:
     """The server, on 127.0.0.1 and a free port, serving from its own threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, slice_versions: tuple[str, ...] = ("v1",)) -> None:
+        self._paths = {PODS_PATH: PODS} | {
+            SLICES_PATH.format(version=v): SLICES for v in slice_versions
+        }
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._version = 100
         self._oldest = 0  # watches from an older resourceVersion get 410
         self._gone_form: Literal["event", "http"] = "event"
-        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self._history: list[tuple[int, str, dict[str, Any]]] = []
+        self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {PODS: {}, SLICES: {}}
+        self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # version, resource, …
         self._ends = 0  # bumped by end_watches()
         self._expiries = 0  # bumped by expire()
         self._fail: list[int] = []
@@ -168,33 +216,46 @@ class KubeApiServer:
 
     def put(self, pod: dict[str, Any], notify: bool = True) -> int:
         """Create or replace a pod (ADDED or MODIFIED); returns its new resourceVersion."""
-        meta = pod["metadata"]
-        key = (meta["namespace"], meta["name"])
+        return self._put(PODS, pod, notify)
+
+    def delete(self, namespace: str, name: str, notify: bool = True) -> None:
+        self._delete(PODS, (namespace, name), notify)
+
+    def put_slice(self, resource_slice: dict[str, Any], notify: bool = True) -> int:
+        return self._put(SLICES, resource_slice, notify)
+
+    def delete_slice(self, name: str, notify: bool = True) -> None:
+        self._delete(SLICES, ("", name), notify)
+
+    def _put(self, resource: str, obj: dict[str, Any], notify: bool) -> int:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
         with self._cond:
-            kind = "MODIFIED" if key in self._pods else "ADDED"
+            objects = self._objects[resource]
+            kind = "MODIFIED" if key in objects else "ADDED"
             self._version += 1
-            stored = json.loads(json.dumps(pod))
+            stored = json.loads(json.dumps(obj))
             stored["metadata"]["resourceVersion"] = str(self._version)
-            self._pods[key] = stored
+            objects[key] = stored
             if notify:
-                self._history.append((self._version, kind, stored))
+                self._history.append((self._version, resource, kind, stored))
             self._cond.notify_all()
             return self._version
 
-    def delete(self, namespace: str, name: str, notify: bool = True) -> None:
+    def _delete(self, resource: str, key: tuple[str, str], notify: bool) -> None:
         with self._cond:
-            pod = self._pods.pop((namespace, name))
+            obj = self._objects[resource].pop(key)
             self._version += 1
-            gone = json.loads(json.dumps(pod))
+            gone = json.loads(json.dumps(obj))
             gone["metadata"]["resourceVersion"] = str(self._version)
             if notify:
-                self._history.append((self._version, "DELETED", gone))
+                self._history.append((self._version, resource, "DELETED", gone))
             self._cond.notify_all()
 
     # --- faults ----------------------------------------------------------------------------
 
     def fail(self, code: int, times: int = 1) -> None:
-        """Answer the next `times` requests (list or watch) with a Status of `code`."""
+        """Answer the next `times` pod requests (list or watch) with a Status of `code`."""
         with self._cond:
             self._fail.extend([code] * times)
 
@@ -230,11 +291,11 @@ class KubeApiServer:
         with self._cond:
             return list(self._requests)
 
-    def lists(self) -> list[Request]:
-        return [r for r in self.requests if not r.watch]
+    def lists(self, path: str = PODS_PATH) -> list[Request]:
+        return [r for r in self.requests if not r.watch and r.path == path]
 
-    def watches(self) -> list[Request]:
-        return [r for r in self.requests if r.watch]
+    def watches(self, path: str = PODS_PATH) -> list[Request]:
+        return [r for r in self.requests if r.watch and r.path == path]
 
     @property
     def open_watches(self) -> int:
@@ -247,14 +308,16 @@ class KubeApiServer:
             return self._version
 
 
-def _selected(pod: Mapping[str, Any], selector: str) -> bool:
-    """Only `spec.nodeName=<node>` is supported, which is all the exporter sends."""
-    if not selector:
-        return True
-    field, _, value = selector.partition("=")
-    if field != "spec.nodeName":
-        raise ValueError(f"unsupported field selector {selector!r}")
-    return bool(pod.get("spec", {}).get("nodeName") == value)
+def _selected(obj: Mapping[str, Any], selector: str) -> bool:
+    """`field=value[,field=value]` over `spec.nodeName` and `spec.driver`, all the exporter
+    sends; anything else is a bug in the exporter."""
+    for term in filter(None, selector.split(",")):
+        field, _, value = term.partition("=")
+        if field not in ("spec.nodeName", "spec.driver"):
+            raise ValueError(f"unsupported field selector {selector!r}")
+        if obj.get("spec", {}).get(field.removeprefix("spec.")) != value:
+            return False
+    return True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -269,27 +332,28 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         watch = params.get("watch") in ("true", "1")
+        resource = api._paths.get(url.path)
         with api._cond:
             stall = api._stall.pop(0) if api._stall else 0.0
-            code = api._fail.pop(0) if api._fail and url.path == "/api/v1/pods" else 0
+            code = api._fail.pop(0) if api._fail and resource == PODS else 0
         if stall:
             api._closed.wait(stall)
-        if url.path != "/api/v1/pods":
+        if resource is None:
             code = 404
         answered = code or 200
         if not code and watch and self._too_old(params):
             answered = 410 if api._gone_form == "http" else 200
         with api._cond:
-            api._requests.append(Request(time.monotonic(), watch, params, answered))
+            api._requests.append(Request(time.monotonic(), url.path, watch, params, answered))
         try:
             if code:
                 self._status(code, f"injected {code}" if code != 404 else "not found")
             elif answered == 410:
                 self._status(410, f"too old resource version: {params.get('resourceVersion')}")
             elif watch:
-                self._watch(params)
+                self._watch(str(resource), params)
             else:
-                self._list(params)
+                self._list(str(resource), params)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -309,15 +373,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _status(self, code: int, message: str) -> None:
         self._send_json(code, status_object(code, REASONS.get(code, "Unknown"), message))
 
-    def _list(self, params: Mapping[str, str]) -> None:
+    def _list(self, resource: str, params: Mapping[str, str]) -> None:
         selector = params.get("fieldSelector", "")
         with self.api._cond:
-            items = [p for p in self.api._pods.values() if _selected(p, selector)]
+            items = [o for o in self.api._objects[resource].values() if _selected(o, selector)]
             version = self.api._version
         self._send_json(
             200,
             {
-                "kind": "PodList",
+                "kind": "PodList" if resource == PODS else "ResourceSliceList",
                 "apiVersion": "v1",
                 "metadata": {"resourceVersion": str(version)},
                 "items": items,
@@ -331,7 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _event(self, kind: str, obj: Mapping[str, Any]) -> None:
         self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
-    def _watch(self, params: Mapping[str, str]) -> None:
+    def _watch(self, resource: str, params: Mapping[str, str]) -> None:
         api = self.api
         selector = params.get("fieldSelector", "")
         bookmarks = params.get("allowWatchBookmarks") == "true"
@@ -347,15 +411,16 @@ class _Handler(BaseHTTPRequestHandler):
             if self._too_old(params):  # the "event" form of 410
                 self._gone(params)
                 return
-            sent = self._initial(params, selector)
+            sent = self._initial(resource, params, selector)
             while not api._closed.is_set() and time.monotonic() < deadline:
                 with api._cond:
                     pending = [e for e in api._history if e[0] > sent]
                     if not pending and api._ends == ends and api._expiries == expiries:
                         api._cond.wait(0.2)
                         pending = [e for e in api._history if e[0] > sent]
+                    pending = [e for e in pending if e[1] == resource]
                     ended, expired = api._ends != ends, api._expiries != expiries
-                for version, kind, obj in pending:
+                for version, _, kind, obj in pending:
                     sent = version
                     if _selected(obj, selector):
                         self._event(kind, obj)
@@ -369,22 +434,24 @@ class _Handler(BaseHTTPRequestHandler):
                     break
             if bookmarks and not api._closed.is_set() and not self._client_gone():
                 current = {"resourceVersion": str(api.version)}
-                self._event("BOOKMARK", {"kind": "Pod", "metadata": current})
+                kind = "Pod" if resource == PODS else "ResourceSlice"
+                self._event("BOOKMARK", {"kind": kind, "metadata": current})
             self._chunk(b"")  # the terminating zero-length chunk
         finally:
             with api._cond:
                 api._open_watches -= 1
 
-    def _initial(self, params: Mapping[str, str], selector: str) -> int:
-        """Watch from "" or "0": synthetic ADDED events for the current pods first."""
+    def _initial(self, resource: str, params: Mapping[str, str], selector: str) -> int:
+        """Watch from "" or "0": synthetic ADDED events for the current objects first."""
         version = params.get("resourceVersion", "")
         with self.api._cond:
             if version not in ("", "0"):
                 return int(version)
-            current = [p for p in self.api._pods.values() if _selected(p, selector)]
+            objects = self.api._objects[resource].values()
+            current = [o for o in objects if _selected(o, selector)]
             now = self.api._version
-        for pod in current:
-            self._event("ADDED", pod)
+        for obj in current:
+            self._event("ADDED", obj)
         return now
 
     def _gone(self, params: Mapping[str, str]) -> None:

@@ -1,0 +1,301 @@
+"""A list-and-watch of one kind of Kubernetes object, kept current in a daemon thread.
+
+The pod watch (`kube_pods.py`) and the ResourceSlice watch (`resource_slices.py`) share it.
+The `kubernetes` client is synchronous, so each watch runs in its own thread; readers get the
+latest published value and never wait on the API. The client's config loading, auth and TLS
+are used as they are, but responses are read as raw JSON (`_preload_content=False`):
+deserialising into the client's model classes costs much CPU for nothing we need, and owning
+the HTTP response lets `stop()` abort a watch at once.
+
+List and watch follow client-go's reflector:
+- list with `resourceVersion=0` (served from the API server's watch cache, cheap when every
+  node's exporter relists at once after an API server restart), then watch from the list's
+  resourceVersion with bookmarks; a watch that ends normally is resumed from the last seen
+  resourceVersion, without a relist;
+- 410 Gone (expired resourceVersion; an HTTP 410 or an ERROR event with code 410) → relist at
+  once, this time a consistent read (no resourceVersion) since the cache may be behind; a second
+  410 without progress goes through the backoff;
+- `NotServed` from the request (the API server does not serve the resource at all, e.g. DRA on
+  an older cluster) → not an error: nothing to watch, checked again after a long wait;
+- any other failure → `up` False, backoff from 0.5 s doubling to 30 s (reset once a watch
+  opens), relist. The last value is kept meanwhile: stale attribution beats none, and `up`
+  tells that it is stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 30.0
+NOT_SERVED_RECHECK_SECONDS = 600.0  # a cluster upgrade may start serving the resource
+WATCH_SECONDS = 300  # client-go's reflector uses 5–10 min; the API server closes it after this
+STOP_WAIT_SECONDS = 2.0
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # an object is at most ~1.5 MiB (etcd's request limit)
+ERROR_KINDS = ("gone", "server_error", "timeout", "connection", "other")
+
+T = TypeVar("T")
+# An object → (key, value); value None removes the key (e.g. a pod that ended); None ignores it.
+Parse = Callable[[Mapping[str, Any]], tuple[str, T | None] | None]
+Request = Callable[..., Any]  # the client's list call, bound to its selectors
+
+
+class NotServed(Exception):
+    """The API server does not serve the watched resource (404 on every version tried)."""
+
+
+class WatchError(Exception):
+    """An ERROR event in the watch stream (a Status object), or a non-2xx response."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class ListWatch(Generic[T]):
+    """Lists and watches through `request`, calling `publish` with the current objects (by
+    key) after the list and after each event. See the module docstring for the protocol.
+
+    `timeout` bounds connecting and each read of a list; a watch read may be silent up to its
+    server-side duration plus `timeout`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        request: Request,
+        parse: Parse[T],
+        publish: Callable[[Mapping[str, T]], None],
+        *,
+        timeout: float = 10.0,
+        watch_seconds: int = WATCH_SECONDS,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._request = request
+        self._parse = parse
+        self._publish = publish
+        self._timeout = timeout
+        self._watch_seconds = watch_seconds
+        self._on_stop = on_stop
+        self._lock = threading.Lock()
+        self._up = False
+        self._served = True
+        self._errors = dict.fromkeys(ERROR_KINDS, 0)
+        self._response: Any = None
+        self._backoff = BACKOFF_INITIAL_SECONDS
+        self._events = 0  # watch events applied, to tell a repeated 410 from progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kube-{name}", daemon=True)
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._stop.is_set():
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the watch: an open stream is aborted at once; a stalled list is abandoned to its
+        read timeout (the thread is a daemon), so this returns within `STOP_WAIT_SECONDS`."""
+        self._stop.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            _abort(response)
+        if self._thread.is_alive():
+            self._thread.join(timeout=STOP_WAIT_SECONDS)
+        if not self._thread.is_alive() and self._on_stop is not None:
+            with contextlib.suppress(Exception):
+                self._on_stop()
+
+    @property
+    def up(self) -> bool:
+        """True once a list succeeded and while the watch goes on (or the resource is not
+        served, so there is nothing to miss); False while backing off."""
+        return self._up and not self._stop.is_set()
+
+    @property
+    def served(self) -> bool:
+        """False while the API server answers that it does not serve the resource."""
+        return self._served
+
+    @property
+    def errors_total(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._errors)
+
+    def _run(self) -> None:
+        consistent = False  # after a 410 the watch cache may be behind: read from etcd
+        events_at_last_gone = -1
+        while not self._stop.is_set():
+            try:
+                items, version = self._list(None if consistent else "0")
+                consistent = False
+                self._served = True
+                self._publish(items)
+                if not self._up:
+                    log.info("%s watch up: %d objects", self.name, len(items))
+                self._up = True
+                while not self._stop.is_set():
+                    version = self._watch(items, version)
+            except NotServed as exc:
+                if not self._served:
+                    log.debug("%s: still not served", self.name)
+                else:
+                    wait = NOT_SERVED_RECHECK_SECONDS
+                    log.info("%s: %s; checking again in %.0fs", self.name, exc, wait)
+                self._served, self._up = False, True
+                self._publish({})
+                self._stop.wait(NOT_SERVED_RECHECK_SECONDS)
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                kind = classify(exc)
+                with self._lock:
+                    self._errors[kind] += 1
+                if kind == "gone":
+                    consistent = True
+                    repeated = self._events == events_at_last_gone
+                    events_at_last_gone = self._events
+                    if not repeated:  # a second 410 with nothing seen in between backs off
+                        log.info("%s watch expired (410 Gone), relisting", self.name)
+                        continue
+                self._up = False
+                log.warning(
+                    "%s list/watch failed (%s): %s; retrying in %.1fs",
+                    self.name,
+                    kind,
+                    exc,
+                    self._backoff,
+                )
+                self._stop.wait(self._backoff)
+                self._backoff = min(self._backoff * 2, BACKOFF_MAX_SECONDS)
+
+    def _list(self, resource_version: str | None) -> tuple[dict[str, T], str]:
+        params: dict[str, Any] = {"_request_timeout": (self._timeout, self._timeout)}
+        if resource_version is not None:
+            params["resource_version"] = resource_version
+        response = self._request(_preload_content=False, **params)
+        try:
+            _check_status(response)
+            body = json.loads(response.data)
+        except BaseException:
+            response.close()  # never hand a half-read connection back to the pool
+            raise
+        finally:
+            response.release_conn()
+        items: dict[str, T] = {}
+        for obj in body.get("items") or []:
+            parsed = self._parse(obj if isinstance(obj, Mapping) else {})
+            if parsed is not None and parsed[1] is not None:
+                items[parsed[0]] = parsed[1]
+        metadata = body.get("metadata")
+        version = metadata.get("resourceVersion", "") if isinstance(metadata, Mapping) else ""
+        return items, str(version)
+
+    def _watch(self, items: dict[str, T], version: str) -> str:
+        """One watch request, applied to `items` as events arrive; returns the last
+        resourceVersion seen, from which the next watch resumes."""
+        response = self._request(
+            _preload_content=False,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_seconds,
+            _request_timeout=(self._timeout, self._watch_seconds + self._timeout),
+        )
+        with self._lock:
+            self._response = response
+        try:
+            if self._stop.is_set():
+                return version
+            _check_status(response)
+            self._backoff = BACKOFF_INITIAL_SECONDS
+            for line in _lines(response):
+                version = self._apply(items, json.loads(line), version)
+        finally:
+            with self._lock:
+                self._response = None
+            response.close()
+            response.release_conn()
+        return version
+
+    def _apply(self, items: dict[str, T], event: Mapping[str, Any], version: str) -> str:
+        kind, obj = event.get("type"), event.get("object")
+        obj = obj if isinstance(obj, Mapping) else {}
+        if kind == "ERROR":
+            raise WatchError(int(obj.get("code") or 0), str(obj.get("message", "")))
+        self._events += 1
+        metadata = obj.get("metadata")
+        new_version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            parsed = self._parse(obj)
+            if parsed is None:
+                log.debug("%s watch: event %s without identity ignored", self.name, kind)
+            elif kind == "DELETED" or parsed[1] is None:
+                items.pop(parsed[0], None)
+            else:
+                items[parsed[0]] = parsed[1]
+            self._publish(items)
+        return str(new_version) if new_version else version
+
+
+def _check_status(response: Any) -> None:
+    """Older clients return non-2xx raw responses without raising; treat them as errors."""
+    status = getattr(response, "status", 200)
+    if not 200 <= status <= 299:
+        raise WatchError(status, getattr(response, "reason", "") or "")
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """The newline-delimited events of a chunked watch response, as they arrive."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield from (line for line in lines if line.strip())
+        if len(buffer) > MAX_EVENT_BYTES:
+            raise WatchError(0, f"watch event larger than {MAX_EVENT_BYTES} bytes")
+
+
+def _abort(response: Any) -> None:
+    """Unblock a thread reading `response` (urllib3 ≥ 2.3 has shutdown(); else the socket)."""
+    with contextlib.suppress(Exception):
+        response.shutdown()
+        return
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of an API failure (ApiException or WatchError), if it has one."""
+    code = exc.code if isinstance(exc, WatchError) else getattr(exc, "status", None)
+    return code if isinstance(code, int) and code else None
+
+
+def classify(exc: BaseException) -> str:
+    """The `errors_total` kind of a list/watch failure."""
+    import urllib3.exceptions as u3
+
+    code = status_code(exc)
+    if code is not None:
+        if code == 410:
+            return "gone"
+        return "server_error" if code >= 500 or code == 429 else "other"
+    if isinstance(exc, u3.MaxRetryError) and exc.reason is not None:
+        return classify(exc.reason)
+    if isinstance(exc, u3.NewConnectionError | u3.ProtocolError | ConnectionError):
+        return "connection"
+    if isinstance(exc, u3.TimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(exc, u3.HTTPError | OSError) or getattr(exc, "status", None) == 0:
+        return "connection"
+    return "other"
