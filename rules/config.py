@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ._deps import parse_size
 
@@ -83,9 +93,45 @@ Severity = Literal["critical", "warning", "info"]
 Bytes = Annotated[int, BeforeValidator(_size), Field(ge=0)]
 Xid = Annotated[int, Field(strict=True, gt=0)]
 K8sName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+# A label key or taint key: an optional DNS-subdomain prefix and a name of up to 63 characters.
+_QUALIFIED_NAME = (
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+QualifiedName = Annotated[str, Field(pattern=rf"^{_QUALIFIED_NAME}$")]
 LabelValue = Annotated[
     str, Field(max_length=63, pattern=r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 ]
+
+
+# A Kubernetes resource quantity in the forms people write: 50m, 0.5, 96Mi, 1G (no exponents).
+_QUANTITY = re.compile(r"^(?P<number>\d+(\.\d+)?)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_QUANTITY_FACTORS = {
+    None: 1, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
+}  # fmt: skip
+
+
+def _check_quantity(value: str) -> str:
+    if not _QUANTITY.fullmatch(value) or quantity_value(value) <= 0:
+        raise ValueError("must be a positive Kubernetes quantity such as 50m, 0.5, 96Mi or 1Gi")
+    return value
+
+
+def quantity_value(value: str) -> float:
+    """`96Mi` → 100663296.0, `50m` → 0.05 (the value is already validated)."""
+    match = _QUANTITY.fullmatch(value)
+    assert match, value
+    return float(match["number"]) * _QUANTITY_FACTORS[match["suffix"]]
+
+
+def _number_to_str(value: Any) -> Any:
+    """`cpu: 1` and `cpu: 0.5` in YAML are numbers; Kubernetes takes them as quantities."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+Quantity = Annotated[str, BeforeValidator(_number_to_str), AfterValidator(_check_quantity)]
 
 
 def parse_matchers(text: str) -> list[tuple[str, str, str]]:
@@ -231,9 +277,21 @@ class Selectors(_Model):
     kube_state_metrics: Matchers = 'job="kube-state-metrics"'
 
 
+# Labels that the node label must not be: the job, and the attribution labels that the exporter
+# sets itself (the ServiceMonitor drops the target's own namespace/pod/container for them).
+RESERVED_NODE_LABELS = ("job", "namespace", "pod", "container")
+
+
 class Labels(_Model):
     node: LabelName = "instance"  # the target label that names a node
     cluster: Annotated[str, Field(pattern=r"^([a-zA-Z_][a-zA-Z0-9_]*)?$")] = ""  # "" = one cluster
+
+    @field_validator("node")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_NODE_LABELS:
+            raise ValueError(f"must not be one of {', '.join(RESERVED_NODE_LABELS)}")
+        return value
 
 
 class PrometheusRuleSettings(_Model):
@@ -258,6 +316,95 @@ class Dashboards(_Model):
     efficiency_target: Ratio = 0.7  # the line drawn on utilization panels
 
 
+class Image(_Model):
+    repository: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?$")] = (
+        "ghcr.io/kube-gpu-exporter/kube-gpu-exporter"
+    )
+    # "" = this release's version, so a generator and the image it deploys always match.
+    tag: Annotated[str, Field(pattern=r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")] = ""
+
+
+class NodeAffinity(_Model):
+    """The node label that marks GPU nodes; `values: []` accepts any value of the label."""
+
+    key: QualifiedName = "nvidia.com/gpu.present"  # set by GPU feature discovery
+    values: tuple[LabelValue, ...] = ("true",)
+
+
+class Toleration(_Model):
+    """One extra toleration; the API server's consistency rules are checked here so that
+    `generate` fails rather than `kubectl apply`."""
+
+    key: Annotated[str, Field(pattern=rf"^({_QUALIFIED_NAME})?$")] = ""  # "" with Exists: any
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", validate_default=True)
+    value: LabelValue = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+    @field_validator("operator")
+    @classmethod
+    def _key_for_equal(cls, value: str, info: ValidationInfo) -> str:
+        if value == "Equal" and not info.data.get("key"):
+            raise ValueError("operator Equal needs a key")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _no_value_for_exists(cls, value: str, info: ValidationInfo) -> str:
+        if value and info.data.get("operator") == "Exists":
+            raise ValueError("must be empty with operator Exists")
+        return value
+
+
+class ResourceAmounts(_Model):
+    cpu: Quantity
+    memory: Quantity
+
+
+class Resources(_Model):
+    """Defaults from measured RSS: 45 MiB without and 60 MiB with per-process attribution."""
+
+    requests: ResourceAmounts = ResourceAmounts(cpu="50m", memory="96Mi")
+    limits: ResourceAmounts = ResourceAmounts(cpu="500m", memory="256Mi")
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Resources:
+        for name in ("cpu", "memory"):
+            request, limit = getattr(self.requests, name), getattr(self.limits, name)
+            if quantity_value(request) > quantity_value(limit):
+                # A check across keys: the message names the key it blames and its value.
+                raise ValueError(
+                    f"requests.{name}: must not exceed limits.{name} {limit} (got {request!r})"
+                )
+        return self
+
+
+def _check_positive_duration(value: str) -> str:
+    if duration_seconds(value) <= 0:
+        raise ValueError("must be a positive Prometheus duration such as 30s")
+    return value
+
+
+class Deployment(_Model):
+    """The cluster manifests (deploy/daemonset.yaml and its companions)."""
+
+    namespace: K8sName = "kube-gpu-exporter"
+    image: Image = Image()
+    # hostPID, to tie processes on a shared GPU to their pods through /proc/<pid>/cgroup.
+    per_process_attribution: Annotated[bool, Field(strict=True)] = True
+    # "" leaves runtimeClassName out (the node's default runtime must then be NVIDIA's).
+    runtime_class_name: Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$")] = (
+        "nvidia"
+    )
+    node_affinity: NodeAffinity = NodeAffinity()
+    extra_tolerations: tuple[Toleration, ...] = ()
+    resources: Resources = Resources()
+    # The kubelet's pod-resources directory on the host (k0s, microk8s use other roots).
+    pod_resources_dir: Annotated[str, Field(pattern=r"^/[^\s]*[^/\s]$")] = (
+        "/var/lib/kubelet/pod-resources"
+    )
+    scrape_interval: Annotated[Duration, AfterValidator(_check_positive_duration)] = "30s"
+
+
 class Config(_Model):
     """The validated thresholds file: the frozen config read by rules/ and grafana/."""
 
@@ -269,6 +416,7 @@ class Config(_Model):
     prometheus_rule: PrometheusRuleSettings = PrometheusRuleSettings()
     cost: Cost = Cost()
     dashboards: Dashboards = Dashboards()
+    deployment: Deployment = Deployment()
     alerts: Alerts = Alerts()
 
     def alert(self, name: str) -> AlertSettings:
@@ -325,4 +473,7 @@ def _first_error(exc: ValidationError) -> str:
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown key"
+    if err["type"] == "value_error" and isinstance(value, dict):
+        # A check across keys (a model validator) names the key it blames and its value itself.
+        return f"{path}.{message}" if path else message
     return f"{path or 'top level'}: {message} (got {value!r})"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .alerts import alert_groups
 from .config import Config
+from .manifests import KUSTOMIZATION, kustomization, manifest_files
 from .promtool_tests import tests_file
 from .recording import recording_groups
 from .render import prometheus_rule, rules_file
@@ -24,6 +25,7 @@ else:
     from kube_gpu_exporter.grafana.render import configmap, dashboard_json
 
 RULES_FILE = "rules.yaml"
+PROMETHEUS_RULE = "prometheus-rule.yaml"
 DASHBOARDS_DIR = "dashboards"
 
 
@@ -31,14 +33,21 @@ def render_outputs(cfg: Config) -> dict[str, str]:
     """Every file under the output folder, by relative path, in a stable order."""
     groups = (*recording_groups(cfg), *alert_groups(cfg))
     alerts = tuple(a for g in groups for a in g.alerts)
+    manifests = manifest_files(cfg)
     out = {
-        "prometheus-rule.yaml": prometheus_rule(cfg, groups),
+        **manifests,
+        PROMETHEUS_RULE: prometheus_rule(cfg, groups),
         RULES_FILE: rules_file(cfg, groups),
         "rules-test.yaml": tests_file(cfg, alerts, RULES_FILE),
     }
+    resources = [*manifests, PROMETHEUS_RULE]
     for dashboard in build_all(cfg):
         out[f"{DASHBOARDS_DIR}/{dashboard.uid}.json"] = dashboard_json(dashboard)
-        out[f"{DASHBOARDS_DIR}/{dashboard.uid}-configmap.yaml"] = configmap(cfg, dashboard)
+        name = f"{DASHBOARDS_DIR}/{dashboard.uid}-configmap.yaml"
+        out[name] = configmap(cfg, dashboard)
+        resources.append(name)
+    # Everything that is a Kubernetes object; rules.yaml and rules-test.yaml are for promtool.
+    out[KUSTOMIZATION] = kustomization(resources)
     return out
 
 
