@@ -4,8 +4,6 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 APT_PKGS := prometheus prometheus-alertmanager
-SCENARIO ?= exporter/scenarios/demo.yaml
-LISTEN  ?= 127.0.0.1:19400
 
 .PHONY: all venv system-deps demo test test-gpu lint bench generate proto clean
 
@@ -28,11 +26,11 @@ system-deps:
 	    apt-get install -y -qq --no-install-recommends $(APT_PKGS) >/dev/null; \
 	fi
 
-demo: $(STAMP)
-	@echo "kube-gpu-exporter on the simulated node $(SCENARIO)"
-	@echo "  metrics:  http://$(LISTEN)/metrics"
-	@echo "  overview: http://$(LISTEN)/"
-	$(VENV)/bin/kube-gpu-exporter serve --simulate $(SCENARIO) --web.listen-address=$(LISTEN)
+# The story node, its kubelet, Prometheus and Alertmanager with the generated rules; Ctrl-C
+# stops them all. HOST=0.0.0.0 to reach it from another machine.
+HOST ?= 127.0.0.1
+demo: $(STAMP) system-deps
+	$(VENV)/bin/kube-gpu-exporter demo --host=$(HOST)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check exporter rules grafana tests bench

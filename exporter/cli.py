@@ -21,6 +21,7 @@ from aiohttp import web
 
 from . import __version__, logs
 from .collection import CollectionLoop, Sampler
+from .demo import run as demo_cli
 from .errors import InputError
 from .podresources.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from .server import PROBE_PATHS, build_app
@@ -203,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="procfs mount, to tie processes to containers (default /proc)",
     )
+    compat = serve.add_argument_group("compatibility (docs/migrating-from-dcgm-exporter.md)")
+    compat.add_argument(
+        "--compat.dcgm-exporter",
+        dest="dcgm_compat",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also serve dcgm-exporter's metric names, units and labels (DCGM_FI_DEV_*, "
+        "Hostname from --kubernetes.node-name or the host name) beside ours, for dashboard "
+        "12239 and existing alerts during a migration",
+    )
     serve.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
 
@@ -211,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the alert rules, promtool tests, runbooks and dashboards",
     )
     generate_cli.add_arguments(generate)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a simulated GPU node with its kubelet, Prometheus and Alertmanager",
+    )
+    demo_cli.add_arguments(demo)
     return parser
 
 
@@ -271,7 +288,12 @@ async def _serve(
         from .attribution_source import AttributionSource
 
         attribution = AttributionSource(pod_resources[1], directory)
-    collection = CollectionLoop(sampler, args.interval, attribution)
+    dcgm_compat = None
+    if args.dcgm_compat:
+        from .dcgm_compat import DcgmCompat
+
+        dcgm_compat = DcgmCompat(hostname=args.node_name or None)  # None: the host name
+    collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat)
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
     app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -331,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "generate":
         return int(generate_cli.run(args))
+    if args.command == "demo":
+        return demo_cli.run(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from .catalog import CLOCK_EVENT_REASONS
 from .errors import InputError
@@ -126,10 +133,50 @@ class DeviceSpec(_Model):
     timeline: list[Keyframe] = []
 
 
+class PodSpec(_Model):
+    """A container the kubelet reports as holding one device, named by its index in `devices`
+    (and in that device's `mig` list); `replica` n makes the id `<uuid>::<n>` (time-slicing)."""
+
+    namespace: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    container: str = Field(default="main", min_length=1)
+    device: Annotated[int, Field(ge=0)]
+    mig: Annotated[int, Field(ge=0)] | None = None
+    replica: Annotated[int, Field(ge=0)] | None = None
+
+
+class KubeletSpec(_Model):
+    """What the node's kubelet reports through pod-resources: read by the demo's kubelet, not
+    by the exporter. `replicas` maps a device index to its time-slicing replica count."""
+
+    pods: list[PodSpec] = []
+    replicas: dict[int, Annotated[int, Field(ge=2)]] = {}
+
+
 class ScenarioSpec(_Model):
     description: str = ""
     driver_version: str = "550.54.15"
     devices: list[DeviceSpec] = Field(min_length=1)
+    kubelet: KubeletSpec = KubeletSpec()
+
+    @model_validator(mode="after")
+    def _kubelet_names_real_devices(self) -> ScenarioSpec:
+        for index in self.kubelet.replicas:
+            if not 0 <= index < len(self.devices) or self.devices[index].mig:
+                raise ValueError(f"kubelet.replicas: {index} is not a whole GPU of `devices`")
+        for pod in self.kubelet.pods:
+            where = f"kubelet.pods: {pod.namespace}/{pod.name}"
+            if pod.device >= len(self.devices):
+                raise ValueError(f"{where}: device {pod.device} is not in `devices`")
+            migs = self.devices[pod.device].mig
+            if (pod.mig is None) != (not migs) or (pod.mig is not None and pod.mig >= len(migs)):
+                raise ValueError(f"{where}: mig must name one of device {pod.device}'s instances")
+            shared = pod.device in self.kubelet.replicas
+            if (pod.replica is not None) != shared or (
+                pod.replica is not None and pod.replica >= self.kubelet.replicas[pod.device]
+            ):
+                raise ValueError(f"{where}: replica must be set exactly on time-sliced devices")
+        return self
 
 
 # --- the evaluated state at one moment -------------------------------------------------------
@@ -324,4 +371,6 @@ def _first_error(exc: ValidationError) -> str:
         return f"{path or 'top level'}: unknown key"
     if err["type"] == "missing":
         return f"{path}: required key is missing"
+    if not path:  # a check across keys names its keys itself
+        return message
     return f"{path or 'top level'}: {message} (got {value!r})"

@@ -1,10 +1,11 @@
 """A real kubelet for the tests: the podresources/v1 gRPC service on a unix socket.
 
-It is grpcio's synchronous server, so it answers from its own threads and never needs (or
-blocks) the test's event loop, just as the real kubelet is another process. What it answers
-is plain attributes that a test may change at any time: the pods, the allocatable devices, a
-delay, an error, an old kubelet without GetAllocatableResources. `stop()` and `start()` on the
-same path play a kubelet restart: the socket file disappears and a new one appears.
+It is the demo's pod-resources server (grpcio's synchronous server) with fault hooks, so it
+answers from its own threads and never needs (or blocks) the test's event loop, just as the
+real kubelet is another process. What it answers is plain attributes that a test may change at
+any time: the pods, the allocatable devices, a delay, an error, an old kubelet without
+GetAllocatableResources. `stop()` and `start()` on the same path play a kubelet restart: the
+socket file disappears and a new one appears.
 
 The builders below (`pod`, `container`, `devices`, `claim`, `claim_device`, `pods_of_size`)
 keep test data short and shaped as the kubelet sends it.
@@ -16,13 +17,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
-from concurrent import futures
 from pathlib import Path
-from types import TracebackType
 
 import grpc
 
-from kube_gpu_exporter.exporter.podresources.v1 import api_pb2, api_pb2_grpc
+from kube_gpu_exporter.exporter.demo.pod_resources_server import PodResourcesServer
+from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
 
 RATE_LIMITED = (grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")  # the kubelet's
 
@@ -94,39 +94,7 @@ def pods_of_size(min_bytes: int) -> list[api_pb2.PodResources]:
     return pods
 
 
-class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
-    def __init__(self, kubelet: FakeKubelet) -> None:
-        self._kubelet = kubelet
-
-    def List(
-        self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
-    ) -> api_pb2.ListPodResourcesResponse:
-        self._kubelet._answer("List", context)
-        return api_pb2.ListPodResourcesResponse(pod_resources=self._kubelet.pods)
-
-    def GetAllocatableResources(
-        self, request: api_pb2.AllocatableResourcesRequest, context: grpc.ServicerContext
-    ) -> api_pb2.AllocatableResourcesResponse:
-        if self._kubelet.allocatable_unimplemented:
-            self._kubelet._count("GetAllocatableResources")
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources")
-        self._kubelet._answer("GetAllocatableResources", context)
-        return api_pb2.AllocatableResourcesResponse(devices=self._kubelet.allocatable)
-
-    def Get(
-        self, request: api_pb2.GetPodResourcesRequest, context: grpc.ServicerContext
-    ) -> api_pb2.GetPodResourcesResponse:
-        self._kubelet._answer("Get", context)
-        for candidate in self._kubelet.pods:
-            if (candidate.namespace, candidate.name) == (request.pod_namespace, request.pod_name):
-                return api_pb2.GetPodResourcesResponse(pod_resources=candidate)
-        context.abort(
-            grpc.StatusCode.NOT_FOUND,
-            f"pod {request.pod_name} not found in {request.pod_namespace}",
-        )
-
-
-class FakeKubelet:
+class FakeKubelet(PodResourcesServer):
     """The kubelet's pod-resources server at `socket_path`; a context manager that starts it.
 
     Attributes a test sets (read on every call):
@@ -140,40 +108,19 @@ class FakeKubelet:
     """
 
     def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-        self.pods: list[api_pb2.PodResources] = []
-        self.allocatable: list[api_pb2.ContainerDevices] = []
+        super().__init__(socket_path)
         self.delay = 0.0
         self.error: tuple[grpc.StatusCode, str] | None = None
-        self.allocatable_unimplemented = False
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._server: grpc.Server | None = None
         self._stopping = threading.Event()
 
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
     def start(self) -> None:
-        """Listen on the socket path, replacing a leftover file as the kubelet does."""
-        assert self._server is None, "already running"
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        self.socket_path.unlink(missing_ok=True)
         self._stopping.clear()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        server.start()
-        self._server = server
+        super().start()
 
-    def stop(self) -> None:
-        """Stop at once (in-flight calls are cancelled) and remove the socket file."""
-        server, self._server = self._server, None
-        if server is not None:
-            self._stopping.set()
-            server.stop(grace=None).wait(10)
-        self.socket_path.unlink(missing_ok=True)
+    def stopping(self) -> None:
+        self._stopping.set()
 
     def restart(self) -> None:
         self.stop()
@@ -187,21 +134,12 @@ class FakeKubelet:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _count(self, method: str) -> None:
+    def before_answer(self, method: str, context: grpc.ServicerContext) -> None:
+        """Count the call, then play the configured delay and error."""
         with self._lock:
             self.calls[method] += 1
-
-    def _answer(self, method: str, context: grpc.ServicerContext) -> None:
-        """Count the call, then play the configured delay and error."""
-        self._count(method)
+        if method == "GetAllocatableResources" and self.allocatable_unimplemented:
+            return
         deadline = time.monotonic() + self.delay
         while time.monotonic() < deadline and context.is_active():
             if self._stopping.wait(0.01):

@@ -90,7 +90,7 @@ def test_simulated_node_serves_metrics_landing_and_probes(tmp_path: Path) -> Non
     with run_exporter(["--simulate", DEMO, "--collector.interval=1s"], tmp_path) as exporter:
         parsed = exporter.metrics()
         assert values(parsed, "nvidia_gpu_utilization_ratio", gpu="0") == [0.93]
-        assert len(values(parsed, "nvidia_gpu_info")) == 4 + 3
+        assert len(values(parsed, "nvidia_gpu_info")) == 5 + 3
         assert values(parsed, "kube_gpu_exporter_nvml_up") == [1]
 
         status, headers, body = exporter.get("/metrics", **{"Accept-Encoding": "gzip"})

@@ -88,5 +88,7 @@ def test_bundled_demo_scenario_is_valid() -> None:
     from pathlib import Path
 
     demo = Path(__file__).parent.parent / "exporter" / "scenarios" / "demo.yaml"
-    state = Scenario.load(demo).state_at(0)
-    assert len(state.devices) == 4 and len(state.devices[3].mig) == 3
+    scenario = Scenario.load(demo)
+    state = scenario.state_at(0)
+    assert len(state.devices) == 5 and len(state.devices[3].mig) == 3
+    assert len(scenario.spec.kubelet.pods) == 8 and scenario.spec.kubelet.replicas == {4: 4}

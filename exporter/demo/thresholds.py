@@ -1,0 +1,19 @@
+"""The thresholds file of the demo's rules, loaded with the generator's own validation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import InputError
+
+if TYPE_CHECKING:  # mypy checks rules/ as the top-level package `rules` (see rules/_deps.py)
+    from rules.config import Config, ConfigError, load_config
+else:
+    from kube_gpu_exporter.rules.config import Config, ConfigError, load_config
+
+
+def load_thresholds(path: str | None) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
