@@ -19,6 +19,7 @@ from .snapshot import ExporterState, NodeSample, Snapshot
 
 if TYPE_CHECKING:
     from .attribution_source import AttributionSource  # loads gRPC: only when attributing
+    from .dcgm_compat import DcgmCompat
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,16 @@ class CollectionLoop:
     """Owns the sampler and the one thread that talks to it."""
 
     def __init__(
-        self, sampler: Sampler, interval: float, attribution: AttributionSource | None = None
+        self,
+        sampler: Sampler,
+        interval: float,
+        attribution: AttributionSource | None = None,
+        dcgm_compat: DcgmCompat | None = None,
     ) -> None:
         self._sampler = sampler
         self._interval = interval
         self._attribution = attribution
+        self._dcgm_compat = dcgm_compat  # also render dcgm-exporter's names (a migration aid)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector")
         self._errors: Counter[str] = Counter({kind: 0 for kind in ERROR_KINDS})
         self._collections = 0
@@ -106,4 +112,6 @@ class CollectionLoop:
             kubernetes_api_up=attributed.kubernetes_api_up if attributed else None,
         )
         attribution = attributed.sample if attributed else None
-        return render(Snapshot(node=node, exporter=state, taken_at=now, attribution=attribution))
+        snapshot = Snapshot(node=node, exporter=state, taken_at=now, attribution=attribution)
+        extra = self._dcgm_compat.families(snapshot) if self._dcgm_compat else ()
+        return render(snapshot, extra)

@@ -8,7 +8,7 @@ OpenMetrics); this module only turns the snapshot into metric families, driven b
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import Metric as Family
@@ -33,16 +33,22 @@ COMMON_ACCEPT_HEADERS = (
 
 
 class SnapshotCollector:
-    """A prometheus-client collector over one snapshot (no global state, no `.remove()`)."""
+    """A prometheus-client collector over one snapshot (no global state, no `.remove()`).
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    `extra` are families built beside the snapshot once per cycle (dcgm-exporter's names with
+    `--compat.dcgm-exporter`, see dcgm_compat.py), yielded after ours.
+    """
+
+    def __init__(self, snapshot: Snapshot, extra: Sequence[Family] = ()) -> None:
         self._snapshot = snapshot
+        self._extra = extra
 
     def collect(self) -> Iterator[Family]:
         yield from self._device_families(self._snapshot.node.devices)
         if self._snapshot.attribution is not None:
             yield from attribution_families(self._snapshot.attribution)
         yield from self._exporter_families()
+        yield from self._extra
 
     def _device_families(self, devices: tuple[DeviceSample, ...]) -> Iterator[Family]:
         driver = self._snapshot.node.driver_version
@@ -129,6 +135,7 @@ class Rendered:
     """
 
     snapshot: Snapshot
+    extra: Sequence[Family] = ()  # built once per cycle; never changed after publishing
     _bodies: dict[tuple[str, bool], bytes] = field(default_factory=dict)
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
@@ -142,7 +149,7 @@ class Rendered:
     def _render(self, encoder: Callable[..., bytes], fmt: str, gzipped: bool) -> bytes:
         plain = self._bodies.get((fmt, False))
         if plain is None:
-            plain = encoder(SnapshotCollector(self.snapshot))
+            plain = encoder(SnapshotCollector(self.snapshot, self.extra))
         body = gzip.compress(plain, GZIP_LEVEL) if gzipped else plain
         self._bodies[(fmt, False)] = plain
         self._bodies[(fmt, gzipped)] = body
@@ -151,14 +158,14 @@ class Rendered:
 
 def _without_escaping(content_type: str) -> str:
     """The format a body depends on. Every name we emit is a legacy-valid Prometheus name
-    (a catalog test checks it), so the UTF-8 escaping scheme Prometheus 3 negotiates cannot
-    change the bytes: Prometheus 2 and 3 share one rendered body."""
+    (the catalog and dcgm-compat tests check it), so the UTF-8 escaping scheme Prometheus 3
+    negotiates cannot change the bytes: Prometheus 2 and 3 share one rendered body."""
     params = [p.strip() for p in content_type.split(";")]
     return "; ".join(p for p in params if not p.startswith("escaping="))
 
 
-def render(snapshot: Snapshot) -> Rendered:
-    rendered = Rendered(snapshot)
+def render(snapshot: Snapshot, extra: Sequence[Family] = ()) -> Rendered:
+    rendered = Rendered(snapshot, extra)
     for accept in COMMON_ACCEPT_HEADERS:
         rendered.body(accept, gzipped=False)
         rendered.body(accept, gzipped=True)
