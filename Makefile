@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 APT_PKGS := prometheus prometheus-alertmanager
 
-.PHONY: all venv system-deps demo test test-gpu lint bench generate proto clean
+.PHONY: all venv system-deps demo test test-gpu lint bench image-footprint generate proto clean
 
 all: test
 
@@ -40,6 +40,11 @@ lint: $(STAMP)
 test: $(STAMP) system-deps lint
 	$(VENV)/bin/kube-gpu-exporter generate --check
 	$(VENV)/bin/pytest -m "not gpu"
+
+# What the Dockerfile's final stage adds to python:3.12-slim, measured without a Docker engine
+# (needs the package index for the CPython 3.12 wheels).
+image-footprint: $(STAMP)
+	$(PY) bench/image_footprint.py
 
 # Regenerate deploy/ and docs/runbooks.md from the thresholds (commit the result).
 generate: $(STAMP)

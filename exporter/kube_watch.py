@@ -171,7 +171,7 @@ class ListWatch(Generic[T]):
                     "%s list/watch failed (%s): %s; retrying in %.1fs",
                     self.name,
                     kind,
-                    exc,
+                    summary(exc),
                     self._backoff,
                 )
                 self._stop.wait(self._backoff)
@@ -279,6 +279,17 @@ def status_code(exc: BaseException) -> int | None:
     """The HTTP status of an API failure (ApiException or WatchError), if it has one."""
     code = exc.code if isinstance(exc, WatchError) else getattr(exc, "status", None)
     return code if isinstance(code, int) and code else None
+
+
+def summary(exc: BaseException) -> str:
+    """One line for the log: the client's ApiException prints headers and body over lines."""
+    code = status_code(exc)
+    if code is None or isinstance(exc, WatchError):
+        return " ".join(str(exc).split())[:300]
+    message = getattr(exc, "reason", "") or ""
+    with contextlib.suppress(Exception):
+        message = json.loads(getattr(exc, "body", "") or "{}").get("message") or message
+    return f"HTTP {code}: {' '.join(str(message).split())[:300]}"
 
 
 def classify(exc: BaseException) -> str:

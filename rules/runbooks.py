@@ -66,8 +66,10 @@ def find_node(q: Query) -> str:
     """How to go from the alert's node label to a Kubernetes node name."""
     if q.node_label == "instance":
         return (
-            "The alert's `instance` label is the exporter pod's address (`IP:port`); the "
-            "exporter runs on the node it reports, so its pod gives the node:\n\n"
+            "The alert's `instance` label is the node's name when the exporter is scraped "
+            "through the generated ServiceMonitor (it relabels the node name into `instance`): "
+            "`NODE=<instance>`. With another scrape config it is the exporter pod's address "
+            "(`IP:port`); the exporter runs on the node it reports, so its pod gives the node:\n\n"
             + sh(
                 "NODE=$(kubectl get pods -A -o wide --field-selector status.podIP=<ip> \\",
                 "  -o jsonpath='{.items[0].spec.nodeName}')",

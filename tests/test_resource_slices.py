@@ -186,3 +186,17 @@ def test_a_dra_claim_is_attributed_once_its_slice_is_seen(tmp_path: Path) -> Non
             assert values(parsed, "kube_gpu_exporter_kubernetes_api_up") == [1]
             log = exporter.log()
     assert "Traceback" not in log
+
+
+def test_api_errors_are_logged_on_one_line() -> None:
+    """The client's ApiException prints its headers and body over many lines; RBAC refusals
+    are the common case and must read as one line naming the reason."""
+    from kubernetes.client.exceptions import ApiException
+
+    from kube_gpu_exporter.exporter.kube_watch import summary
+
+    refused = ApiException(status=403, reason="Forbidden")
+    refused.body = '{"kind": "Status", "message": "resourceslices.resource.k8s.io is forbidden"}'
+    assert summary(refused) == "HTTP 403: resourceslices.resource.k8s.io is forbidden"
+    assert summary(ApiException(status=500, reason="Internal\nError")) == "HTTP 500: Internal Error"
+    assert summary(TimeoutError("read\ntimed out")) == "read timed out"
