@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .kube_client import KubernetesConfigError, api_client
-from .kube_watch import ERROR_KINDS, STOP_WAIT_SECONDS, WATCH_SECONDS, ListWatch
+from .kube_watch import ERROR_KINDS, STOP_WAIT_SECONDS, WATCH_SECONDS, ListWatch, Watcher
 
 __all__ = [
     "ERROR_KINDS",
@@ -149,7 +149,7 @@ def _container_ids(status: Mapping[str, Any]) -> dict[str, str]:
     return ids
 
 
-class PodWatcher:
+class PodWatcher(Watcher):
     """Lists and watches the pods of `node_name` (see `kube_watch.py`), publishing a `PodIndex`.
 
     `kubeconfig` None means in-cluster config (service account token and CA).
@@ -183,22 +183,8 @@ class PodWatcher:
     def _publish(self, pods: Mapping[str, PodInfo]) -> None:
         self._index = PodIndex.build(pods.values())
 
-    def start(self) -> None:
-        self._watch.start()
-
-    def stop(self) -> None:
-        self._watch.stop()
-
     def index(self) -> PodIndex:
         return self._index
-
-    @property
-    def up(self) -> bool:
-        return self._watch.up
-
-    @property
-    def errors_total(self) -> dict[str, int]:
-        return self._watch.errors_total
 
 
 def _parse_event_pod(obj: Mapping[str, Any]) -> tuple[str, PodInfo | None] | None:

@@ -246,6 +246,26 @@ class ListWatch(Generic[T]):
         return str(new_version) if new_version else version
 
 
+class Watcher:
+    """What callers see of a watcher built on one `ListWatch`: start, stop and its health."""
+
+    _watch: ListWatch[Any]
+
+    def start(self) -> None:
+        self._watch.start()
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+    @property
+    def up(self) -> bool:
+        return self._watch.up
+
+    @property
+    def errors_total(self) -> dict[str, int]:
+        return self._watch.errors_total
+
+
 def _check_status(response: Any) -> None:
     """Older clients return non-2xx raw responses without raising; treat them as errors."""
     status = getattr(response, "status", 200)

@@ -22,7 +22,7 @@ from typing import Any
 
 from .attribution import NVIDIA_DRA_DRIVER
 from .kube_client import KubernetesConfigError, api_client
-from .kube_watch import WATCH_SECONDS, ListWatch, NotServed, status_code
+from .kube_watch import WATCH_SECONDS, ListWatch, NotServed, Watcher, status_code
 
 API_VERSIONS = ("ResourceV1Api", "ResourceV1beta2Api", "ResourceV1beta1Api")
 UUID_ATTRIBUTE = "uuid"
@@ -88,7 +88,7 @@ def device_uuids(slices: Mapping[str, SliceDevices]) -> Mapping[tuple[str, str],
     )
 
 
-class ResourceSliceWatcher:
+class ResourceSliceWatcher(Watcher):
     """Watches this node's ResourceSlices of `driver` (see the module docstring)."""
 
     def __init__(
@@ -120,26 +120,12 @@ class ResourceSliceWatcher:
             on_stop=client.close,
         )
 
-    def start(self) -> None:
-        self._watch.start()
-
-    def stop(self) -> None:
-        self._watch.stop()
-
     def device_uuid(self, pool: str, device: str) -> str | None:
         return self._uuids.get((pool, device))
 
     @property
-    def up(self) -> bool:
-        return self._watch.up
-
-    @property
     def served(self) -> bool:
         return self._watch.served
-
-    @property
-    def errors_total(self) -> dict[str, int]:
-        return self._watch.errors_total
 
     def _parse(self, obj: Mapping[str, Any]) -> tuple[str, SliceDevices | None] | None:
         metadata = obj.get("metadata")

@@ -371,6 +371,6 @@ def _first_error(exc: ValidationError) -> str:
         return f"{path or 'top level'}: unknown key"
     if err["type"] == "missing":
         return f"{path}: required key is missing"
-    if not path:  # a check across keys names its keys itself
+    if not path and err["type"] == "value_error":  # a check across keys names its keys itself
         return message
     return f"{path or 'top level'}: {message} (got {value!r})"
