@@ -28,6 +28,7 @@ from pydantic import (
 
 from .catalog import CLOCK_EVENT_REASONS
 from .errors import InputError
+from .input_messages import validation_problem, yaml_problem
 from .units import parse_duration, parse_size
 
 
@@ -295,14 +296,11 @@ class Scenario:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            line = f" at line {where.line + 1}" if where is not None else ""
-            problem = getattr(exc, "problem", None) or "syntax error"
-            raise ScenarioError(f"{source}: not valid YAML{line}: {problem}") from None
+            raise ScenarioError(f"{source}: {yaml_problem(exc)}") from None
         try:
             spec = ScenarioSpec.model_validate(data)
         except ValidationError as exc:
-            raise ScenarioError(f"{source}: {_first_error(exc)}") from None
+            raise ScenarioError(f"{source}: {validation_problem(exc)}") from None
         return cls(spec, source)
 
     def state_at(self, t: float) -> NodeState:
@@ -357,20 +355,3 @@ class Scenario:
             processes=tuple(spec.processes if processes is None else processes),
             mig=mig,
         )
-
-
-def _first_error(exc: ValidationError) -> str:
-    """One readable line: the dotted key path, the offending value and what is wrong."""
-    err = exc.errors()[0]
-    path = ""
-    for part in err["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    value = err.get("input")
-    message = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        return f"{path or 'top level'}: unknown key"
-    if err["type"] == "missing":
-        return f"{path}: required key is missing"
-    if not path and err["type"] == "value_error":  # a check across keys names its keys itself
-        return message
-    return f"{path or 'top level'}: {message} (got {value!r})"

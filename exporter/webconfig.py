@@ -40,6 +40,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
 from .errors import InputError
+from .input_messages import yaml_problem
 
 __all__ = ["CheckPassword", "WebConfig", "WebConfigError", "load_web_config", "web_middlewares"]
 
@@ -216,7 +217,7 @@ class _Parser:
         try:
             doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no tags run code
         except yaml.YAMLError as exc:
-            raise WebConfigError(f"web config {self.path}: {_yaml_reason(exc)}") from None
+            raise WebConfigError(f"web config {self.path}: {yaml_problem(exc)}") from None
         top = self.mapping(doc, "top level", _TOP_KEYS, prefix="")
         tls = self.mapping(top.get("tls_server_config"), "tls_server_config", _TLS_KEYS)
         http = self.mapping(top.get("http_server_config"), "http_server_config", _HTTP_KEYS)
@@ -452,15 +453,6 @@ def _ssl_reason(exc: Exception) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.strerror:
         return exc.strerror
     return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(exc)) or type(exc).__name__
-
-
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    """One line: pyyaml's messages span several lines and quote the document."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        problem = exc.problem or exc.context or "syntax error"
-        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return "invalid YAML: " + " ".join(str(exc).split())
 
 
 # --- serving ------------------------------------------------------------------------------

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from exporter import catalog
+    from exporter.input_messages import validation_problem, yaml_problem
     from exporter.units import parse_size
 else:
     from kube_gpu_exporter.exporter import catalog
+    from kube_gpu_exporter.exporter.input_messages import validation_problem, yaml_problem
     from kube_gpu_exporter.exporter.units import parse_size
 
-__all__ = ["catalog", "parse_size"]
+__all__ = ["catalog", "parse_size", "validation_problem", "yaml_problem"]

@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._deps import parse_size
+from ._deps import parse_size, validation_problem, yaml_problem
 
 
 class ConfigError(ValueError):
@@ -444,10 +444,7 @@ def parse_config(text: str, source: str = "<thresholds>") -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise ConfigError(f"{source}: not valid YAML{line}: {problem}") from None
+        raise ConfigError(f"{source}: {yaml_problem(exc)}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -455,26 +452,4 @@ def parse_config(text: str, source: str = "<thresholds>") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_first_error(exc)}") from None
-
-
-def _first_error(exc: ValidationError) -> str:
-    """One line: the dotted key path, what is wrong, and the value that was given."""
-    err = exc.errors()[0]
-    path = ""
-    for part in err["loc"]:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            # A union's branch name ("function-after[...]") is pydantic's, not the user's key.
-            if "[" in str(part):
-                continue
-            path += f".{part}" if path else str(part)
-    value = err.get("input")
-    message = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        message = "unknown key"
-    if err["type"] == "value_error" and isinstance(value, dict):
-        # A check across keys (a model validator) names the key it blames and its value itself.
-        return f"{path}.{message}" if path else message
-    return f"{path or 'top level'}: {message} (got {value!r})"
+        raise ConfigError(f"{source}: {validation_problem(exc)}") from None

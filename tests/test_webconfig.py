@@ -443,7 +443,7 @@ def test_missing_file(tmp_path: Path) -> None:
 # (config text with {dir} for the pki directory, {ca}, {cert}, {key}, {other}, {encrypted};
 #  substrings the one-line message must contain)
 ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "invalid yaml": ("tls_server_config: [unclosed\n", ("invalid YAML at line",)),
+    "invalid yaml": ("tls_server_config: [unclosed\n", ("not valid YAML at line",)),
     "not a mapping": ("- a\n- b\n", ("top level: expected a mapping, got list",)),
     "duplicate key": ("basic_auth_users: {}\nbasic_auth_users: {}\n", ("duplicate key",)),
     "unknown top-level key": ("tls_config: {}\n", ("top level: unknown key 'tls_config'",)),
