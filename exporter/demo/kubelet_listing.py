@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..podresources.v1 import api_pb2
-from ..scenario import PodSpec, Scenario
+from ..scenario import DeviceState, PodSpec, Scenario
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE = "nvidia.com/mig-{profile}"
@@ -18,10 +18,10 @@ MIG_RESOURCE = "nvidia.com/mig-{profile}"
 
 def pod_resources(scenario: Scenario) -> list[api_pb2.PodResources]:
     """One PodResources per pod, its containers in the scenario's order."""
-    devices = _DeviceIds(scenario)
+    devices = scenario.state_at(0).devices
     containers: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = defaultdict(dict)
     for pod in scenario.spec.kubelet.pods:
-        resource, device_id = devices(pod)
+        resource, device_id = _device_id(devices, pod)
         held = containers[(pod.namespace, pod.name)].setdefault(pod.container, {})
         held.setdefault(resource, []).append(device_id)
     return [
@@ -61,17 +61,12 @@ def allocatable(scenario: Scenario) -> list[api_pb2.ContainerDevices]:
     return [api_pb2.ContainerDevices(resource_name=r, device_ids=i) for r, i in by_resource.items()]
 
 
-class _DeviceIds:
+def _device_id(devices: tuple[DeviceState, ...], pod: PodSpec) -> tuple[str, str]:
     """A pod's (resource name, device id), from the scenario's device uuids."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self._devices = scenario.state_at(0).devices
-
-    def __call__(self, pod: PodSpec) -> tuple[str, str]:
-        device = self._devices[pod.device]
-        if pod.mig is not None:
-            mig = device.mig[pod.mig]
-            return MIG_RESOURCE.format(profile=mig.profile), mig.uuid
-        if pod.replica is not None:
-            return GPU_RESOURCE, f"{device.uuid}::{pod.replica}"
-        return GPU_RESOURCE, device.uuid
+    device = devices[pod.device]
+    if pod.mig is not None:
+        mig = device.mig[pod.mig]
+        return MIG_RESOURCE.format(profile=mig.profile), mig.uuid
+    if pod.replica is not None:
+        return GPU_RESOURCE, f"{device.uuid}::{pod.replica}"
+    return GPU_RESOURCE, device.uuid
