@@ -30,6 +30,7 @@ COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 COPY rules ./rules
 COPY grafana ./grafana
+COPY demo ./demo
 
 # [project.dependencies] only: the `test` extra (pytest, grpcio-tools, mypy, …) is never asked for.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .

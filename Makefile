@@ -32,9 +32,16 @@ HOST ?= 127.0.0.1
 demo: $(STAMP) system-deps
 	$(VENV)/bin/kube-gpu-exporter demo --host=$(HOST)
 
+# mypy checks the installed names: it cannot follow setuptools' package-dir mapping, so the
+# source folders are linked into $(VENV)/typecheck/kube_gpu_exporter/ (pyproject's mypy_path).
+PACKAGES := exporter rules grafana demo
+TYPECHECK := $(VENV)/typecheck/kube_gpu_exporter
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check exporter rules grafana tests bench
-	$(VENV)/bin/ruff format --check exporter rules grafana tests bench
+	$(VENV)/bin/ruff check $(PACKAGES) tests bench
+	$(VENV)/bin/ruff format --check $(PACKAGES) tests bench
+	@mkdir -p $(TYPECHECK)
+	@for pkg in $(PACKAGES); do ln -sfn ../../../$$pkg $(TYPECHECK)/$$pkg; done
 	$(VENV)/bin/mypy
 
 test: $(STAMP) system-deps lint
@@ -59,9 +66,9 @@ bench: $(STAMP)
 	  apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(PY) bench/run.py
 
-# Regenerate the kubelet pod-resources stubs from exporter/podresources/v1/api.proto.
+# Regenerate the kubelet pod-resources stubs from exporter/kubelet/v1/api.proto.
 proto: $(STAMP)
-	$(PY) -m kube_gpu_exporter.exporter.podresources.generate
+	$(PY) -m kube_gpu_exporter.exporter.kubelet.generate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache *.egg-info

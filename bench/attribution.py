@@ -3,7 +3,7 @@
 The node is `node.attribution_scenario()`: 56 MIG instances each held by one pod
 (`nvidia.com/mig-1g.10gb`) and one whole GPU shared by ten time-slicing replicas
 (`<uuid>::0..9`, `nvidia.com/gpu`), 66 pods in all. The pods are built as the kubelet sends
-them (tests/kubelet_server.py's builders) and the listing is parsed by the client's own
+them (tests/fakes/kubelet_server.py's builders) and the listing is parsed by the client's own
 `parse_allocations` / `parse_allocatable`, so what `attribute()` sees here is exactly what
 the exporter gets from a real kubelet; the same pods are served over gRPC by `FakeKubelet`
 for the scrape run (bench/run.py).
@@ -22,26 +22,26 @@ from errors import BenchError
 from node import MIG_PROFILE, SHARED_FIRST_PID, SHARED_REPLICAS
 from procs import rss_bytes
 
-from kube_gpu_exporter.exporter.attribution import (
+from kube_gpu_exporter.exporter.attribution.attribute import (
     AttributionSample,
     Holder,
     NoPodDirectory,
     PodDirectory,
     attribute,
 )
-from kube_gpu_exporter.exporter.attribution_source import AttributionSource, DirectorySource
-from kube_gpu_exporter.exporter.collection import CollectionLoop
-from kube_gpu_exporter.exporter.nvml_sampler import NvmlSampler
-from kube_gpu_exporter.exporter.podresources.client import (
+from kube_gpu_exporter.exporter.attribution.source import AttributionSource, DirectorySource
+from kube_gpu_exporter.exporter.kubelet.client import (
     Listing,
     PodResourcesWatcher,
     ResourceFilter,
     parse_allocatable,
     parse_allocations,
 )
-from kube_gpu_exporter.exporter.podresources.defaults import DEFAULT_RESOURCE_PATTERNS
-from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
-from kube_gpu_exporter.exporter.scenario import NodeState
+from kube_gpu_exporter.exporter.kubelet.defaults import DEFAULT_RESOURCE_PATTERNS
+from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
+from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
+from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
+from kube_gpu_exporter.exporter.simulated.scenario import NodeState
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, NodeSample
 from kubelet_server import container, devices, pod
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from errors import BenchError
 from procs import rss_bytes
 
-from kube_gpu_exporter.exporter.collection import CollectionLoop
-from kube_gpu_exporter.exporter.nvml_sampler import NvmlSampler
+from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
+from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 
 WARMUP_CYCLES = 20
 CHECKPOINTS = 10

@@ -15,11 +15,11 @@ from pathlib import Path
 import pynvml
 
 REPO = Path(__file__).resolve().parents[1]
-# tests/ is not a package; its helpers are imported the way its conftest does.
-sys.path.insert(0, str(REPO / "tests"))
+# tests/ is not a package; the fakes are imported the way pytest imports them (pythonpath).
+sys.path.insert(0, str(REPO / "tests" / "fakes"))
 
 from fakenvml import LIBRARY_NAME, build, write_state  # noqa: E402
-from kube_gpu_exporter.exporter.scenario import Scenario  # noqa: E402
+from kube_gpu_exporter.exporter.simulated.scenario import Scenario  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,7 @@ def build_wheel(work: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    for name in ("exporter", "rules", "grafana"):
+    for name in ("exporter", "rules", "grafana", "demo"):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     out = work / "wheel"
     _pip("wheel", str(src), "--no-deps", "--quiet", "--wheel-dir", str(out), what="pip wheel")
@@ -307,7 +307,7 @@ _RUN = (
 _KUBERNETES = (
     "import site, sys; site.addsitedir(sys.argv[1]); import kubernetes; "
     "kubernetes.client.CoreV1Api, kubernetes.client.ApiClient, kubernetes.config; "
-    "from kube_gpu_exporter.exporter.kube_client import KubernetesConfigError, api_client\n"
+    "from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client\n"
     "try:\n    api_client(None)\nexcept KubernetesConfigError as exc:\n    print(exc)\n"
     "print(kubernetes.__file__)"
 )
@@ -315,8 +315,8 @@ _KUBERNETES = (
 
 _IMPORT_COST = (
     "import site, sys, time, resource; site.addsitedir(sys.argv[1]); "
-    "import kube_gpu_exporter.exporter.cli, kube_gpu_exporter.exporter.nvml_sampler, "
-    "kube_gpu_exporter.exporter.podresources.client, kube_gpu_exporter.exporter.kube_pods; "
+    "import kube_gpu_exporter.exporter.cli, kube_gpu_exporter.exporter.nvml.sampler, "
+    "kube_gpu_exporter.exporter.kubelet.client, kube_gpu_exporter.exporter.kubernetes.pods; "
     "import kubernetes; kubernetes.client.CoreV1Api, kubernetes.client.ApiClient; "
     "kubernetes.config.load_incluster_config; "
     "print(time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
@@ -354,7 +354,7 @@ def smoke_import_cost(site: Path) -> str:
 
 def smoke_serve(site: Path) -> str:
     port = _free_port()
-    scenario = site / "kube_gpu_exporter" / "exporter" / "scenarios" / "demo.yaml"
+    scenario = site / "kube_gpu_exporter" / "exporter" / "simulated" / "scenarios" / "demo.yaml"
     args = ["serve", f"--simulate={scenario}", f"--web.listen-address=127.0.0.1:{port}"]
     proc = subprocess.Popen(
         _python("-c", _RUN, str(site), *args),

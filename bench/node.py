@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube_gpu_exporter.exporter.scenario import Scenario, ScenarioSpec
+from kube_gpu_exporter.exporter.simulated.scenario import Scenario, ScenarioSpec
 
 GPUS = 8
 MIG_PER_GPU = 7

@@ -1,6 +1,6 @@
 """`make bench`: scrape latency, CPU and memory of the exporter on a 64-device node.
 
-The node is a fake libnvidia-ml (tests/fakenvml) playing 8 A100s × 7 MIG instances, so the
+The node is a fake libnvidia-ml (tests/fakes/fakenvml) playing 8 A100s × 7 MIG instances, so the
 bench runs anywhere and every run sees the same node. Steps 1-5 (issue 2) run with pod
 attribution off; steps 6-8 (issue 3) add a ninth GPU shared by ten time-slicing replicas and
 66 pods. In order:
@@ -51,7 +51,7 @@ from report import (
 )
 from wrk import GZIP_HEADERS, Load
 
-from kube_gpu_exporter.exporter.scenario import Scenario
+from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 
 README = Path(__file__).resolve().with_name("README.md")
 STALL_DELAY_MS = 2000

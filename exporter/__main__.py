@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from kube_gpu_exporter.exporter.cli import main
 
 sys.exit(main())

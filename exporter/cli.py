@@ -19,22 +19,19 @@ from typing import TYPE_CHECKING, NoReturn
 
 from aiohttp import web
 
-from . import __version__, logs
-from .collection import CollectionLoop, Sampler
-from .demo import run as demo_cli
-from .errors import InputError
-from .podresources.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
-from .server import PROBE_PATHS, build_app
-from .units import parse_duration
-from .webconfig import WebConfig, load_web_config, web_middlewares
+from kube_gpu_exporter.demo import run as demo_cli
+from kube_gpu_exporter.exporter import __version__, logs
+from kube_gpu_exporter.exporter.generate import command as generate_cli
+from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.kubelet.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
+from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, build_app
+from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config, web_middlewares
+from kube_gpu_exporter.exporter.units import parse_duration
 
-if TYPE_CHECKING:  # mypy checks rules/ as the top-level package `rules` (see rules/_deps.py)
-    from rules import generate as generate_cli
-
-    from .kube_directory import KubeDirectory
-    from .podresources.client import PodResourcesClient, PodResourcesWatcher
-else:
-    from kube_gpu_exporter.rules import generate as generate_cli
+if TYPE_CHECKING:
+    from kube_gpu_exporter.exporter.attribution.directory import KubeDirectory
+    from kube_gpu_exporter.exporter.kubelet.client import PodResourcesClient, PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -234,11 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _sampler(args: argparse.Namespace) -> Sampler:
     if args.simulate:
         # Imported here: scenario validation (pydantic) is not needed on a GPU node.
-        from .scenario import Scenario
-        from .simulated import SimulatedSampler
+        from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler
+        from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 
         return SimulatedSampler(Scenario.load(args.simulate))
-    from .nvml_sampler import NvmlSampler
+    from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 
     return NvmlSampler()
 
@@ -252,7 +249,7 @@ def _pod_resources(
         socket = "" if args.simulate else DEFAULT_SOCKET
     if not socket:
         return None
-    from .podresources.client import PodResourcesClient, PodResourcesWatcher
+    from kube_gpu_exporter.exporter.kubelet.client import PodResourcesClient, PodResourcesWatcher
 
     client = PodResourcesClient(
         os.path.abspath(socket),
@@ -266,9 +263,9 @@ def _kube_directory(args: argparse.Namespace) -> KubeDirectory | None:
     """The pod and ResourceSlice watches (`kubernetes` is imported only when enabled)."""
     if not args.kubernetes:
         return None
-    from .kube_directory import KubeDirectory
-    from .kube_pods import PodWatcher
-    from .resource_slices import ResourceSliceWatcher
+    from kube_gpu_exporter.exporter.attribution.directory import KubeDirectory
+    from kube_gpu_exporter.exporter.kubernetes.pods import PodWatcher
+    from kube_gpu_exporter.exporter.kubernetes.resource_slices import ResourceSliceWatcher
 
     labels = [key.strip() for key in args.pod_labels.split(",") if key.strip()]
     pods = PodWatcher(args.node_name, args.kubeconfig)
@@ -285,12 +282,12 @@ async def _serve(
     pod_resources = _pod_resources(args)
     attribution = None
     if pod_resources is not None:
-        from .attribution_source import AttributionSource
+        from kube_gpu_exporter.exporter.attribution.source import AttributionSource
 
         attribution = AttributionSource(pod_resources[1], directory)
     dcgm_compat = None
     if args.dcgm_compat:
-        from .dcgm_compat import DcgmCompat
+        from kube_gpu_exporter.exporter.exposition.dcgm_compat import DcgmCompat
 
         dcgm_compat = DcgmCompat(hostname=args.node_name or None)  # None: the host name
     collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .attribution import AttributionSample
+    from kube_gpu_exporter.exporter.attribution.attribute import AttributionSample
 
 
 @dataclass(frozen=True, slots=True)

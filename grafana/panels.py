@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._deps import Config, Query
-from ._deps import catalog as c
-from .model import Panel, PanelKind, Step, Target, Variable
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.grafana.model import Panel, PanelKind, Step, Target, Variable
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.promql import Query
 
 _GRAFANA_CURRENCIES = {
     "USD", "GBP", "EUR", "JPY", "RUB", "UAH", "BRL", "DKK", "ISK", "NOK", "SEK", "CZK",

@@ -6,15 +6,15 @@ Each function takes a `Query` already scoped to the dashboard's variables. Expen
 
 from __future__ import annotations
 
-from ._deps import (
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.promql import (
     KSM_CONTAINER_RESOURCE_REQUESTS,
     KSM_POD_STATUS_PHASE,
     KSM_RESOURCEQUOTA,
     Query,
     agg,
-    names,
 )
-from ._deps import catalog as c
+from kube_gpu_exporter.rules.recording import names
 
 RATE = "$__rate_interval"
 WHOLE = 'parent_uuid=""'  # whole GPUs: a MIG-enabled GPU's memory covers its instances

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
-from ._deps import HEADER, Config, dump_yaml
-from .model import Dashboard
+from kube_gpu_exporter.grafana.model import Dashboard
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.render import HEADER, dump_yaml
 
 CONFIGMAP_LIMIT = 256 * 1024
 SIDECAR_LABEL = {"grafana_dashboard": "1"}

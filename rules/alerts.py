@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._deps import catalog as c
-from .config import Config, duration_seconds
-from .model import AlertRule, RuleGroup
-from .promql import Query, agg, fmt_bytes, fmt_number, fmt_percent
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.config import Config, duration_seconds
+from kube_gpu_exporter.rules.model import AlertRule, RuleGroup
+from kube_gpu_exporter.rules.promql import Query, agg, fmt_bytes, fmt_number, fmt_percent
 
 AlertBuilder = Callable[[Config, Query], AlertRule]
 

@@ -28,7 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from ._deps import parse_size, validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.input_errors import validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.units import parse_size
 
 
 class ConfigError(ValueError):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._deps import catalog as c
-from .config import Config
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.config import Config
 
 # Metrics from kube-state-metrics that the dashboards read (where it is scraped). Named here so
 # the catalog test can tell them from typos: everything else must be in the exporter's catalog.

@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._deps import catalog as c
-from .config import Config, duration_seconds, parse_matchers, selector_labels
-from .model import AlertRule
-from .promql import Query
-from .recording import names
-from .render import HEADER, dump_yaml, runbook_url
-from .templates import render
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.config import Config, duration_seconds, parse_matchers, selector_labels
+from kube_gpu_exporter.rules.model import AlertRule
+from kube_gpu_exporter.rules.promql import Query
+from kube_gpu_exporter.rules.recording import names
+from kube_gpu_exporter.rules.render import HEADER, dump_yaml, runbook_url
+from kube_gpu_exporter.rules.templates import render
 
 Labels = Mapping[str, str]
 

@@ -17,10 +17,10 @@ MIG instances have no utilization in NVML, so a pod on a MIG instance is never c
 
 from __future__ import annotations
 
-from ._deps import catalog as c
-from .config import Config
-from .model import RecordingRule, RuleGroup
-from .promql import Query, agg, fmt_number
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.model import RecordingRule, RuleGroup
+from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
 
 NS = "namespace"
 

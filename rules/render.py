@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from .config import Config
-from .model import AlertRule, RecordingRule, RuleGroup
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.model import AlertRule, RecordingRule, RuleGroup
 
 
 class _Dumper(yaml.SafeDumper):

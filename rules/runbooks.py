@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._deps import catalog as c
-from .alerts import ALERT_GROUPS, all_alerts
-from .config import Config
-from .model import AlertRule
-from .promql import Query, fmt_bytes, fmt_number, fmt_percent
-from .recording import names
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.alerts import ALERT_GROUPS, all_alerts
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.model import AlertRule
+from kube_gpu_exporter.rules.promql import Query, fmt_bytes, fmt_number, fmt_percent
+from kube_gpu_exporter.rules.recording import names
 
 XID_MEANINGS: dict[int, str] = {
     13: "graphics engine exception: the program faulted (bad kernel, out-of-bounds access)",

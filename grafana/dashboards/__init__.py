@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .._deps import Config
-from ..model import Dashboard
-from . import cluster, node, workload
+from kube_gpu_exporter.grafana.dashboards import cluster, node, workload
+from kube_gpu_exporter.grafana.model import Dashboard
+from kube_gpu_exporter.rules.config import Config
 
 BUILDERS = (cluster.build, node.build, workload.build)
 

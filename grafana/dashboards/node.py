@@ -4,11 +4,10 @@ and the pods holding the devices."""
 
 from __future__ import annotations
 
-from .. import queries as qq
-from .._deps import Config, Query, agg
-from .._deps import catalog as c
-from ..model import Dashboard, Panel, Row, Target
-from ..panels import (
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.grafana import queries as qq
+from kube_gpu_exporter.grafana.model import Dashboard, Panel, Row, Target
+from kube_gpu_exporter.grafana.panels import (
     GREEN,
     LINK_TAG,
     RED,
@@ -23,6 +22,8 @@ from ..panels import (
     table,
     timeseries,
 )
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.promql import Query, agg
 
 UID = "kube-gpu-node"
 GPU_LEGEND = "GPU {{gpu}} {{mig_profile}}"

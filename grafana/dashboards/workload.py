@@ -3,11 +3,10 @@ utilization, memory and OOM headroom. The view a team lead or the pod's owner op
 
 from __future__ import annotations
 
-from .. import queries as qq
-from .._deps import Config, fmt_number, fmt_percent
-from .._deps import catalog as c
-from ..model import Dashboard, Row, Target
-from ..panels import (
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.grafana import queries as qq
+from kube_gpu_exporter.grafana.model import Dashboard, Row, Target
+from kube_gpu_exporter.grafana.panels import (
     GREEN,
     LINK_TAG,
     ORANGE,
@@ -22,6 +21,8 @@ from ..panels import (
     table,
     timeseries,
 )
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.promql import fmt_number, fmt_percent
 
 UID = "kube-gpu-workload"
 POD_LEGEND = "{{namespace}}/{{pod}} GPU {{gpu}}"

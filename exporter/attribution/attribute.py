@@ -1,0 +1,211 @@
+"""Which container holds each device, and how much of it each one really uses.
+
+A pure function of one cycle's NVML sample, the kubelet's latest pod-resources listing and a
+directory of pods. The rule that matters most: on a shared GPU (time-slicing, MPS, several
+holders) a device's own utilization and memory are never copied onto each holder — that is
+dcgm-exporter's best-known defect. Each holder gets what its own processes use, or nothing
+when that cannot be known.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.attribution.device_ids import DeviceResolver, parse_device_id
+from kube_gpu_exporter.exporter.snapshot import DeviceIdentity, DeviceSample
+
+if TYPE_CHECKING:
+    from kube_gpu_exporter.exporter.kubelet.client import Listing
+
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Holder:
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSample:
+    device: DeviceIdentity
+    holder: Holder
+    resource: str
+    sharing: str  # "exclusive" or "shared"
+    labels: Mapping[str, str] = field(default_factory=dict)  # owner and allowlisted pod labels
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    device: DeviceIdentity
+    holder: Holder
+    utilization: float | None
+    memory_used_bytes: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    driver_gpus: int
+    advertised: Mapping[str, int] | None  # None while the kubelet cannot be asked
+    allocated: Mapping[str, int] | None
+    free_gpus: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionSample:
+    allocations: tuple[AllocationSample, ...]
+    usage: tuple[PodUsage, ...]
+    capacity: Capacity
+    unmapped: Mapping[str, int]  # resource → device ids that name no NVML device
+
+
+class PodDirectory(Protocol):
+    """What attribution needs to know about pods beyond the kubelet's listing."""
+
+    def labels(self, holder: Holder) -> Mapping[str, str] | None:
+        """Extra labels for the holder's allocation; None when its pod is not running."""
+
+    def owner_of_process(self, pid: int) -> Holder | None:
+        """The container a host PID runs in, or None when that cannot be known."""
+
+    def dra_device_uuid(self, pool: str, device: str) -> str | None:
+        """The uuid a DRA device of gpu.nvidia.com stands for (from its ResourceSlice)."""
+
+
+class NoPodDirectory:
+    """Without the Kubernetes API: no extra labels, and no process can be tied to a pod."""
+
+    def labels(self, holder: Holder) -> Mapping[str, str] | None:
+        return {}
+
+    def owner_of_process(self, pid: int) -> Holder | None:
+        return None
+
+    def dra_device_uuid(self, pool: str, device: str) -> str | None:
+        return None
+
+
+@dataclass
+class _Holding:
+    resource: str
+    holders: set[Holder] = field(default_factory=set)
+    replicated: bool = False
+
+
+def attribute(
+    devices: tuple[DeviceSample, ...],
+    listing: Listing | None,
+    directory: PodDirectory,
+) -> AttributionSample:
+    whole_gpus = [d.identity for d in devices if not d.identity.is_mig]
+    if listing is None:
+        capacity = Capacity(len(whole_gpus), None, None, None)
+        return AttributionSample((), (), capacity, {})
+
+    resolver = DeviceResolver(d.identity for d in devices)
+    holdings: dict[str, _Holding] = {}
+    identities: dict[str, DeviceIdentity] = {}
+    unmapped: Counter[str] = Counter()
+    allocated: Counter[str] = Counter()
+    # (holder, resource, device id, shared by construction) for device plugins and DRA alike.
+    claims: list[tuple[Holder, str, str | None, bool]] = []
+    for alloc in listing.allocations:
+        holder = Holder(alloc.namespace, alloc.pod, alloc.container)
+        for raw in alloc.device_ids:
+            ref = parse_device_id(raw)
+            renamed = alloc.resource.endswith(".shared")
+            claims.append((holder, alloc.resource, ref.base, ref.replica is not None or renamed))
+    for dra in listing.dra:
+        if dra.driver == NVIDIA_DRA_DRIVER:
+            # A DRA device is named by pool and device; its ResourceSlice gives the uuid.
+            holder = Holder(dra.namespace, dra.pod, dra.container)
+            uuid = directory.dra_device_uuid(dra.pool, dra.device)
+            claims.append((holder, f"dra/{dra.driver}", uuid, dra.share_id is not None))
+    for holder, resource, device_id, replicated in claims:
+        allocated[resource] += 1
+        device = resolver.resolve(device_id) if device_id else None
+        if device is None:
+            unmapped[resource] += 1
+            continue
+        holding = holdings.setdefault(device.uuid, _Holding(resource))
+        holding.holders.add(holder)
+        holding.replicated |= replicated
+        identities[device.uuid] = device
+
+    samples = {d.identity.uuid: d for d in devices}
+    allocations: list[AllocationSample] = []
+    usage: list[PodUsage] = []
+    for uuid, holding in sorted(holdings.items()):
+        device = identities[uuid]
+        active = {h: directory.labels(h) for h in sorted(holding.holders)}
+        running = {h: labels for h, labels in active.items() if labels is not None}
+        shared = holding.replicated or len(running) > 1
+        for holder, labels in running.items():
+            sharing = "shared" if shared else "exclusive"
+            allocations.append(AllocationSample(device, holder, holding.resource, sharing, labels))
+        sample = samples.get(uuid)
+        if sample is None or not sample.up:
+            continue
+        if shared:
+            usage.extend(_split(device, sample, running, directory))
+        else:
+            usage.extend(_exclusive(device, sample, running))
+
+    held_gpus = {a.device.parent_uuid or a.device.uuid for a in allocations}
+    capacity = Capacity(
+        driver_gpus=len(whole_gpus),
+        advertised={r: len(ids) for r, ids in sorted(listing.allocatable.items())},
+        allocated=dict(sorted(allocated.items())),
+        free_gpus=sum(1 for g in whole_gpus if g.uuid not in held_gpus),
+    )
+    return AttributionSample(tuple(allocations), tuple(usage), capacity, dict(unmapped))
+
+
+def _exclusive(
+    device: DeviceIdentity, sample: DeviceSample, holders: Iterable[Holder]
+) -> list[PodUsage]:
+    """A device held alone: its holder's usage is the device's."""
+    return [
+        PodUsage(
+            device,
+            holder,
+            sample.values.get(c.UTILIZATION.name),
+            sample.values.get(c.MEMORY_USED.name),
+        )
+        for holder in holders
+    ]
+
+
+def _split(
+    device: DeviceIdentity,
+    sample: DeviceSample,
+    holders: Mapping[Holder, object],
+    directory: PodDirectory,
+) -> list[PodUsage]:
+    """A shared device: each holder gets the sum over its own processes.
+
+    Only when every process on the device can be tied to a container; otherwise the split is
+    unknown and nothing is reported (absent, never a wrong number). A holder with no process
+    on the device uses nothing of it: 0, which is exactly what an idle-share alert needs.
+    """
+    if sample.processes is None:
+        return []
+    owners = {p.pid: directory.owner_of_process(p.pid) for p in sample.processes}
+    if any(owner is None for owner in owners.values()):
+        return []
+    with_util = all(p.sm_utilization is not None for p in sample.processes)
+    memory: defaultdict[Holder, float] = defaultdict(float)
+    util: defaultdict[Holder, float] = defaultdict(float)
+    for process in sample.processes:
+        owner = owners[process.pid]
+        assert owner is not None
+        memory[owner] += process.used_memory_bytes
+        util[owner] += process.sm_utilization or 0.0
+    return [
+        PodUsage(device, h, min(util[h], 1.0) if with_util else None, memory[h]) for h in holders
+    ]

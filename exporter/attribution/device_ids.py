@@ -1,0 +1,71 @@
+"""Kubelet device ids → the NVML devices they name.
+
+The NVIDIA device plugin (and GKE's) name devices in several ways, and time-slicing or MPS
+multiplies each id into replicas. Everything that can name a device is resolved here, in one
+place, so an id nobody can map is counted rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kube_gpu_exporter.exporter.snapshot import DeviceIdentity
+
+_LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
+_GKE = re.compile(r"^nvidia(\d+)(?:/gi(\d+)|/vgpu\d+)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """One kubelet device id: the device it names and, for a shared GPU, which replica."""
+
+    base: str
+    replica: int | None = None
+
+
+def parse_device_id(raw: str) -> DeviceRef:
+    """`<id>::<n>` is replica n of `<id>` (time-slicing and MPS); split on the first `::`."""
+    base, sep, replica = raw.partition("::")
+    if sep and replica.isdigit():
+        return DeviceRef(base, int(replica))
+    return DeviceRef(raw)
+
+
+class DeviceResolver:
+    """Resolves device ids against the devices NVML reported this cycle."""
+
+    def __init__(self, devices: Iterable[DeviceIdentity]) -> None:
+        self._by_uuid: dict[str, DeviceIdentity] = {}
+        self._gpu_by_index: dict[int, DeviceIdentity] = {}
+        self._mig_by_place: dict[tuple[str, int, int | None], DeviceIdentity] = {}
+        self._mig_by_index_gi: dict[tuple[int, int], DeviceIdentity] = {}
+        for device in devices:
+            if device.uuid:
+                self._by_uuid[device.uuid.lower()] = device
+            if not device.is_mig:
+                self._gpu_by_index[device.index] = device
+                continue
+            gi = device.gpu_instance_id if device.gpu_instance_id is not None else -1
+            parent = device.parent_uuid.lower()
+            self._mig_by_place[(parent, gi, device.compute_instance_id)] = device
+            self._mig_by_place.setdefault((parent, gi, None), device)
+            self._mig_by_index_gi.setdefault((device.index, gi), device)
+
+    def resolve(self, base_id: str) -> DeviceIdentity | None:
+        """The device a (replica-less) id names, or None when no device matches."""
+        found = self._by_uuid.get(base_id.lower())
+        if found is not None:
+            return found
+        legacy = _LEGACY_MIG.match(base_id)  # R450/R460: MIG-GPU-<uuid>/<gi>/<ci>
+        if legacy:
+            parent, gi, ci = legacy.group(1).lower(), int(legacy.group(2)), int(legacy.group(3))
+            return self._mig_by_place.get((parent, gi, ci))
+        gke = _GKE.match(base_id)  # GKE: nvidia<N>, nvidia<N>/gi<M>, nvidia<N>/vgpu<K>
+        if gke:
+            index = int(gke.group(1))
+            if gke.group(2) is not None:
+                return self._mig_by_index_gi.get((index, int(gke.group(2))))
+            return self._gpu_by_index.get(index)
+        return None

@@ -1,0 +1,78 @@
+"""`kube-gpu-exporter generate`: the thresholds file → rules, promtool tests, runbooks and
+dashboards, written to `deploy/` (and `docs/runbooks.md`), or compared with them (`--check`).
+
+The exporter's CLI adds the subcommand with `add_arguments` and calls `run`. This module
+imports only argparse at load time — validation, rules and dashboards load when `run` is
+called — so `kube-gpu-exporter serve` does not pay for them at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "kube-gpu-exporter"
+EXIT_STALE = 1
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `generate` subcommand's flags."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="thresholds file (YAML; see rules/thresholds.example.yaml); defaults if omitted",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default="deploy",
+        help="folder for the rules, promtool tests and dashboards (default deploy)",
+    )
+    parser.add_argument(
+        "--runbooks",
+        metavar="FILE",
+        default="docs/runbooks.md",
+        help="where the runbooks go (default docs/runbooks.md)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the files on disk differ from what would be written",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Generate (or check) the outputs; the exit status: 0 ok, 1 stale (--check), 2 bad config."""
+    from kube_gpu_exporter.exporter.generate.outputs import check, planned_files, write
+    from kube_gpu_exporter.rules.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out_dir, runbooks = Path(args.out), Path(args.runbooks)
+    planned = planned_files(cfg, out_dir, runbooks)
+    if args.check:
+        problems = check(planned, out_dir)
+        for line in problems:
+            print(f"{PROG}: {line}", file=sys.stderr)
+        if problems:
+            print(f"{PROG}: generated files are stale; run `{PROG} generate`", file=sys.stderr)
+            return EXIT_STALE
+        return 0
+    write(planned, out_dir)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `generate` on its own (`python -m kube_gpu_exporter.exporter.generate.command`)."""
+    parser = argparse.ArgumentParser(prog=f"{PROG} generate", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

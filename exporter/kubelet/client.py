@@ -1,0 +1,389 @@
+"""The kubelet pod-resources v1 client: which container holds which GPU.
+
+The kubelet serves `PodResourcesLister` on a unix socket. `PodResourcesClient.list()` asks it
+for the node's allocations (List) and allocatable devices (GetAllocatableResources) and turns
+the answer into small immutable values; every failure becomes one `PodResourcesError` with a
+kind that a metric can count. `PodResourcesWatcher` calls it on its own interval, so a slow or
+restarting kubelet never delays a scrape, and it refuses to hand out an answer so old that the
+pods in it may be gone.
+
+Device ids are kept verbatim (`GPU-…`, `MIG-…`, `<id>::<n>` replicas, GKE's `nvidiaN`): mapping
+them to NVML devices is attribution's job, not the transport's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from types import MappingProxyType
+from typing import Final, Literal, Protocol, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
+
+log = logging.getLogger(__name__)
+
+from kube_gpu_exporter.exporter.kubelet.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET  # noqa: E402  (re-exported)
+
+# gRPC's default receive limit (4 MiB) broke dcgm-exporter on a 4.7 MB answer (its #509);
+# Kubernetes' own e2e client uses 16 MiB.
+MAX_RECEIVE_MESSAGE_LENGTH: Final = 16 << 20
+
+ErrorKind = Literal["unavailable", "timeout", "too_large", "rate_limited", "other"]
+ERROR_KINDS: Final[tuple[ErrorKind, ...]] = (
+    "unavailable",
+    "timeout",
+    "too_large",
+    "rate_limited",
+    "other",
+)
+
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response", bound=Message)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocation:
+    """The devices of one resource that one container holds (all NUMA nodes merged)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DraAllocation:
+    """One device a container got through a DRA resource claim (any driver)."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None  # set by kubelets from 1.35 for shared (consumable) devices
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One consistent answer of the kubelet, filtered to the resources we attribute."""
+
+    allocations: tuple[ContainerAllocation, ...]
+    dra: tuple[DraAllocation, ...]
+    # resource name → device ids; empty when the kubelet lacks GetAllocatableResources (<1.21)
+    allocatable: Mapping[str, tuple[str, ...]]
+
+
+class PodResourcesError(Exception):
+    """A failed conversation with the kubelet; `kind` is one of ERROR_KINDS."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+def classify(code: grpc.StatusCode, details: str) -> ErrorKind:
+    """Map a gRPC status to the error kind we count.
+
+    RESOURCE_EXHAUSTED means two different things: the kubelet's rate limiter ("rejected by
+    rate limit") or our own receive limit ("Received message larger than max"); only the
+    message tells them apart.
+    """
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return "unavailable"
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "timeout"
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return "too_large" if "larger than max" in details.lower() else "rate_limited"
+    return "other"
+
+
+class ResourceFilter:
+    """Keeps only resource names matching one of the fnmatch patterns (case-sensitive)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(patterns)
+
+    def __call__(self, resource: str) -> bool:
+        return any(fnmatchcase(resource, pattern) for pattern in self.patterns)
+
+
+def _merge(target: dict[str, None], ids: Iterable[str]) -> None:
+    # A dict keeps first-seen order and drops duplicates.
+    for device_id in ids:
+        target.setdefault(device_id, None)
+
+
+def _dra_allocation(
+    pod: api_pb2.PodResources,
+    container: api_pb2.ContainerResources,
+    claim: api_pb2.DynamicResource,
+    resource: api_pb2.ClaimResource,
+) -> DraAllocation:
+    return DraAllocation(
+        namespace=pod.namespace,
+        pod=pod.name,
+        container=container.name,
+        claim_namespace=claim.claim_namespace,
+        claim_name=claim.claim_name,
+        driver=resource.driver_name,
+        pool=resource.pool_name,
+        device=resource.device_name,
+        share_id=resource.share_id if resource.HasField("share_id") else None,
+    )
+
+
+def parse_allocations(
+    response: api_pb2.ListPodResourcesResponse, wanted: ResourceFilter
+) -> tuple[tuple[ContainerAllocation, ...], tuple[DraAllocation, ...]]:
+    """Flatten List's answer; merge one container's entries for the same resource.
+
+    The kubelet sends one ContainerDevices entry per resource and NUMA node, so a container
+    with GPUs on both sockets has two `nvidia.com/gpu` entries. DRA claims are kept for every
+    driver: which driver is a GPU is the caller's decision.
+    """
+    merged: dict[tuple[str, str, str, str], dict[str, None]] = {}
+    dra: list[DraAllocation] = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if wanted(devices.resource_name):
+                    key = (pod.namespace, pod.name, container.name, devices.resource_name)
+                    _merge(merged.setdefault(key, {}), devices.device_ids)
+            dra.extend(
+                _dra_allocation(pod, container, claim, resource)
+                for claim in container.dynamic_resources
+                for resource in claim.claim_resources
+            )
+    allocations = tuple(
+        ContainerAllocation(namespace, pod_name, container_name, resource, tuple(ids))
+        for (namespace, pod_name, container_name, resource), ids in merged.items()
+    )
+    return allocations, tuple(dra)
+
+
+def parse_allocatable(
+    response: api_pb2.AllocatableResourcesResponse, wanted: ResourceFilter
+) -> Mapping[str, tuple[str, ...]]:
+    """Resource name → allocatable device ids, NUMA entries merged."""
+    merged: dict[str, dict[str, None]] = {}
+    for devices in response.devices:
+        if wanted(devices.resource_name):
+            _merge(merged.setdefault(devices.resource_name, {}), devices.device_ids)
+    return MappingProxyType({name: tuple(ids) for name, ids in merged.items()})
+
+
+def _method(name: str) -> str:
+    """The gRPC path of a PodResourcesLister method, as the descriptor defines it."""
+    service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    return f"/{service.full_name}/{service.methods_by_name[name].name}"
+
+
+class PodResourcesClient:
+    """Async client for the kubelet's pod-resources socket.
+
+    The channel is created on first use and again after an UNAVAILABLE error: the kubelet
+    replaces its socket file when it restarts, and a channel that failed to connect waits in
+    gRPC's reconnect backoff (1 s growing to 2 min) before trying again. A private subchannel
+    pool makes the new channel really connect anew instead of sharing the old one's backoff.
+
+    Meant for one caller at a time (the watcher): a call may close the channel.
+    """
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        timeout: float = 5.0,
+        resource_patterns: Sequence[str] = DEFAULT_RESOURCE_PATTERNS,
+    ) -> None:
+        self.target = "unix://" + os.path.abspath(socket_path)
+        self.timeout = timeout
+        self._wanted = ResourceFilter(resource_patterns)
+        self._channel: grpc.aio.Channel | None = None
+
+    def _open(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(
+                self.target,
+                options=[
+                    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_LENGTH),
+                    ("grpc.use_local_subchannel_pool", 1),
+                ],
+            )
+        return self._channel
+
+    async def close(self) -> None:
+        """Close the channel; the next `list()` opens a new one."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    async def _call(
+        self,
+        name: str,
+        request: _Request,
+        response_type: type[_Response],
+        deadline: float,
+    ) -> _Response:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise PodResourcesError("timeout", f"no time left for {name} within {self.timeout}s")
+        call = self._open().unary_unary(
+            _method(name),
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response_type.FromString,
+        )
+        return await call(request, timeout=remaining)
+
+    async def list(self) -> Listing:
+        """List the node's allocations and allocatable devices, within `timeout` in all.
+
+        Raises PodResourcesError. A kubelet without GetAllocatableResources (before 1.21)
+        answers UNIMPLEMENTED, which yields an empty `allocatable` rather than an error.
+        """
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        try:
+            listed = await self._call(
+                "List",
+                api_pb2.ListPodResourcesRequest(),
+                api_pb2.ListPodResourcesResponse,
+                deadline,
+            )
+            allocatable: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+            try:
+                answer = await self._call(
+                    "GetAllocatableResources",
+                    api_pb2.AllocatableResourcesRequest(),
+                    api_pb2.AllocatableResourcesResponse,
+                    deadline,
+                )
+                allocatable = parse_allocatable(answer, self._wanted)
+            except grpc.aio.AioRpcError as err:
+                if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+        except grpc.aio.AioRpcError as err:
+            code, details = err.code(), err.details() or ""
+            if code is grpc.StatusCode.UNAVAILABLE:
+                await self.close()
+            message = f"{code.name}: {details}"
+            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                message += f" (timeout {self.timeout:g}s)"
+            raise PodResourcesError(classify(code, details), message) from None
+        allocations, dra = parse_allocations(listed, self._wanted)
+        return Listing(allocations=allocations, dra=dra, allocatable=allocatable)
+
+
+class ListingSource(Protocol):
+    """Anything that lists like the kubelet: PodResourcesClient, or a simulated node."""
+
+    async def list(self) -> Listing: ...
+
+
+class PodResourcesWatcher:
+    """Refreshes the kubelet's listing on its own interval, off the scrape path.
+
+    Attribution reads `latest`, which never waits on the kubelet. After a failure the next
+    try comes after 1 s, doubling, but never later than one interval. The last good listing is
+    kept through short outages, but not beyond `STALE_AFTER_INTERVALS` intervals: by then pods
+    may be gone, and series attributed to a pod that no longer exists are a defect, whereas
+    missing attribution is only a gap.
+
+    `stop()` does not close the source; whoever created the client closes it.
+    """
+
+    STALE_AFTER_INTERVALS: Final = 3
+    INITIAL_BACKOFF: Final = 1.0
+
+    def __init__(
+        self,
+        client: ListingSource,
+        interval: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self.interval = interval
+        self._clock = clock
+        self._listing: Listing | None = None
+        self.up = False
+        self.last_success = 0.0
+        self.errors_total: Counter[str] = Counter({kind: 0 for kind in ERROR_KINDS})
+        self._failing: ErrorKind | None = None
+        self._failures = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def latest(self) -> Listing | None:
+        """The last good listing, or None if there was none or it is too old to trust."""
+        if self._listing is None:
+            return None
+        if self._clock() - self.last_success > self.STALE_AFTER_INTERVALS * self.interval:
+            return None
+        return self._listing
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="podresources")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def refresh(self) -> bool:
+        """One try: ask the kubelet and record the outcome. True on success."""
+        try:
+            listing = await self._client.list()
+        except PodResourcesError as err:
+            self._failed(err.kind, str(err), traceback=False)
+            return False
+        except Exception as err:
+            # A bug, not a kubelet fault: keep its traceback, and keep the watcher running.
+            self._failed("other", f"{type(err).__name__}: {err}", traceback=True)
+            return False
+        self._listing = listing
+        self.last_success = self._clock()
+        self.up = True
+        if self._failing is not None:
+            log.info("kubelet pod-resources recovered after %d failed tries", self._failures)
+        self._failing = None
+        self._failures = 0
+        return True
+
+    def _failed(self, kind: ErrorKind, reason: str, traceback: bool) -> None:
+        self.up = False
+        self.errors_total[kind] += 1
+        self._failures += 1
+        if kind != self._failing:
+            log.warning("kubelet pod-resources failed: %s", reason, exc_info=traceback)
+        self._failing = kind
+
+    def _retry_delay(self) -> float:
+        if self._failures == 0:
+            return self.interval
+        backoff = self.INITIAL_BACKOFF * 2.0 ** min(self._failures - 1, 30)
+        return min(backoff, self.interval)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.refresh()
+            elapsed = loop.time() - started
+            await asyncio.sleep(max(0.0, self._retry_delay() - elapsed))

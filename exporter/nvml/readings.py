@@ -1,0 +1,170 @@
+"""Reading one device's values through NVML, with per-metric error isolation.
+
+Each reading is one small function from a handle to catalog values in base units. A reading
+that NVML answers NOT_SUPPORTED is remembered per device and not asked again; GPU_IS_LOST
+aborts the device (it is reported down); any other error drops that one reading this cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.snapshot import ProcessSample
+
+Values = dict[str, float]
+
+# NVML error code → the `kind` label of kube_gpu_exporter_collection_errors_total.
+ERROR_KINDS: dict[int, str] = {
+    pynvml.NVML_ERROR_GPU_IS_LOST: "gpu_is_lost",
+    pynvml.NVML_ERROR_UNKNOWN: "unknown",
+    pynvml.NVML_ERROR_TIMEOUT: "timeout",
+    pynvml.NVML_ERROR_NO_PERMISSION: "no_permission",
+    pynvml.NVML_ERROR_RESET_REQUIRED: "reset_required",
+}
+
+
+def error_kind(exc: pynvml.NVMLError) -> str:
+    return ERROR_KINDS.get(exc.value, "other")
+
+
+class DriverFeatures:
+    """Which versioned NVML entry points this driver has; found out on first use."""
+
+    def __init__(self) -> None:
+        self.memory_v2 = True
+        self.clock_event_reasons = True
+
+
+def read_memory(handle: Any, features: DriverFeatures) -> Values:
+    """Memory v2 separates driver-reserved memory from `used`; v1 (old drivers) folds it in."""
+    if features.memory_v2:
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            return {
+                c.MEMORY_USED.name: float(mem.used),
+                c.MEMORY_TOTAL.name: float(mem.total),
+                c.MEMORY_RESERVED.name: float(mem.reserved),
+            }
+        except pynvml.NVMLError_FunctionNotFound:
+            features.memory_v2 = False
+    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return {c.MEMORY_USED.name: float(mem.used), c.MEMORY_TOTAL.name: float(mem.total)}
+
+
+def read_utilization(handle: Any, _: DriverFeatures) -> Values:
+    rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    return {
+        c.UTILIZATION.name: rates.gpu / 100.0,
+        c.MEMORY_BANDWIDTH_UTILIZATION.name: rates.memory / 100.0,
+    }
+
+
+def read_temperature(handle: Any, _: DriverFeatures) -> Values:
+    celsius = pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+    return {c.TEMPERATURE.name: float(celsius)}
+
+
+def read_power(handle: Any, _: DriverFeatures) -> Values:
+    return {c.POWER.name: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0}
+
+
+def read_power_limit(handle: Any, _: DriverFeatures) -> Values:
+    return {c.POWER_LIMIT.name: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0}
+
+
+def read_energy(handle: Any, _: DriverFeatures) -> Values:
+    return {c.ENERGY.name: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0}
+
+
+def read_sm_clock(handle: Any, _: DriverFeatures) -> Values:
+    mhz = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    return {c.SM_CLOCK.name: mhz * 1e6}
+
+
+def read_memory_clock(handle: Any, _: DriverFeatures) -> Values:
+    mhz = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+    return {c.MEMORY_CLOCK.name: mhz * 1e6}
+
+
+def read_ecc(handle: Any, _: DriverFeatures) -> Values:
+    def count(kind: int) -> float:
+        return float(pynvml.nvmlDeviceGetTotalEccErrors(handle, kind, pynvml.NVML_VOLATILE_ECC))
+
+    return {
+        c.ECC_CORRECTED.name: count(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        c.ECC_UNCORRECTED.name: count(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+    }
+
+
+def read_clock_events(handle: Any, features: DriverFeatures) -> frozenset[str]:
+    """Active clock-event reasons; drivers before R535 only have the "throttle reasons" call."""
+    if features.clock_event_reasons:
+        try:
+            mask = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+            return _reasons(mask)
+        except pynvml.NVMLError_FunctionNotFound:
+            features.clock_event_reasons = False
+    return _reasons(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+
+
+def _reasons(mask: int) -> frozenset[str]:
+    return frozenset(name for name, bit in c.CLOCK_EVENT_REASONS.items() if mask & bit)
+
+
+class ProcessReader:
+    """Compute processes and their SM utilization since the previous cycle, per device.
+
+    NVML keeps a ring of utilization samples; asking with the newest timestamp already seen
+    returns only newer ones, so each cycle averages exactly the samples of its own window.
+    A process without a sample in the window ran no kernel: its share is 0.
+    """
+
+    def __init__(self) -> None:
+        self._last_seen: dict[str, int] = {}
+
+    def read(self, uuid: str, handle: Any, with_utilization: bool) -> tuple[ProcessSample, ...]:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        shares = self._utilization(uuid, handle) if with_utilization else None
+        return tuple(
+            ProcessSample(
+                pid=int(p.pid),
+                used_memory_bytes=float(p.usedGpuMemory or 0),
+                sm_utilization=None if shares is None else shares.get(int(p.pid), 0.0),
+            )
+            for p in procs
+        )
+
+    def _utilization(self, uuid: str, handle: Any) -> dict[int, float] | None:
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
+        except pynvml.NVMLError_NotFound:
+            return {}  # no process ran a kernel since the last cycle
+        except pynvml.NVMLError_NotSupported:
+            return None
+        per_pid: dict[int, list[float]] = {}
+        for sample in samples:
+            per_pid.setdefault(int(sample.pid), []).append(sample.smUtil / 100.0)
+            self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), int(sample.timeStamp))
+        return {pid: sum(v) / len(v) for pid, v in per_pid.items()}
+
+
+Reader = Callable[[Any, DriverFeatures], Values]
+
+# What is read from a whole GPU; utilization is skipped on MIG-enabled GPUs (never supported).
+GPU_READERS: dict[str, Reader] = {
+    "memory": read_memory,
+    "utilization": read_utilization,
+    "temperature": read_temperature,
+    "power": read_power,
+    "power_limit": read_power_limit,
+    "energy": read_energy,
+    "sm_clock": read_sm_clock,
+    "memory_clock": read_memory_clock,
+    "ecc": read_ecc,
+}
+# A MIG instance has its own framebuffer slice; everything else belongs to the parent GPU.
+MIG_READERS: dict[str, Reader] = {"memory": read_memory}

@@ -1,0 +1,257 @@
+"""The NVML backend: one long-lived NVML session sampled once per collection cycle.
+
+Initialisation can fail (no driver, no library, driver/library mismatch); the sampler then
+reports NVML down and retries with exponential backoff instead of exiting, so a DaemonSet pod
+scheduled before the driver is ready recovers by itself rather than crash-looping.
+All calls here block; the collection loop runs them on its own thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
+
+import pynvml
+
+from kube_gpu_exporter.exporter.nvml.devices import Device, discover, text
+from kube_gpu_exporter.exporter.nvml.readings import (
+    GPU_READERS,
+    MIG_READERS,
+    DriverFeatures,
+    ProcessReader,
+    Reader,
+    error_kind,
+    read_clock_events,
+)
+from kube_gpu_exporter.exporter.nvml.xid_events import XidWatcher
+from kube_gpu_exporter.exporter.snapshot import DeviceSample, NodeSample, ProcessSample
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BACKOFF_START_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 60.0
+
+
+class _DeviceLost(Exception):
+    pass
+
+
+class _SessionLost(Exception):
+    """NVML itself stopped answering (driver unloaded or upgraded under us): re-initialise."""
+
+
+# Errors that mean the NVML session is gone, not one device or one reading.
+SESSION_ERRORS = frozenset(
+    {
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    }
+)
+
+
+class NvmlSampler:
+    """Samples every GPU and MIG instance; errors are isolated per device and per reading."""
+
+    def __init__(
+        self,
+        rediscover_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        watch_xids: bool = True,
+    ) -> None:
+        self._rediscover_seconds = rediscover_seconds
+        self._clock = clock
+        self._watch_xids = watch_xids
+        self._initialised = False
+        self._next_init_at = 0.0
+        self._backoff = BACKOFF_START_SECONDS
+        self._driver_version = ""
+        self._devices: tuple[Device, ...] = ()
+        self._discovered_at = 0.0
+        self._features = DriverFeatures()
+        self._process_reader = ProcessReader()
+        self._unsupported: set[tuple[str, str]] = set()  # (uuid, reader) NVML refused
+        self._xids: XidWatcher | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _try_init(self, errors: Counter[str]) -> bool:
+        now = self._clock()
+        if now < self._next_init_at:
+            return False
+        try:
+            pynvml.nvmlInit()
+            self._driver_version = text(pynvml.nvmlSystemGetDriverVersion())
+            self._devices = discover()
+        except pynvml.NVMLError as exc:
+            errors["init"] += 1
+            log.error(
+                "NVML unavailable: %s (is the NVIDIA driver loaded and libnvidia-ml.so.1 on "
+                "the library path?); retrying in %.0fs",
+                exc,
+                self._backoff,
+            )
+            self._next_init_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX_SECONDS)
+            self._shutdown_quietly()
+            return False
+        self._initialised = True
+        self._backoff = BACKOFF_START_SECONDS
+        self._discovered_at = now
+        log.info(
+            "NVML ready: driver %s, %d GPU(s), %d MIG instance(s)",
+            self._driver_version,
+            len(self._devices),
+            sum(len(d.children) for d in self._devices),
+        )
+        if self._watch_xids:
+            self._xids = XidWatcher(self._devices)
+            self._xids.start()
+        return True
+
+    def _shutdown_quietly(self) -> None:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+    def close(self) -> None:
+        if self._xids is not None:
+            self._xids.stop()
+            self._xids = None
+        if self._initialised:
+            self._initialised = False
+            self._shutdown_quietly()
+
+    # --- sampling ----------------------------------------------------------------------------
+
+    def sample(self) -> NodeSample:
+        errors: Counter[str] = Counter()
+        if not self._initialised and not self._try_init(errors):
+            return NodeSample(nvml_up=False, errors=dict(errors))
+        xid_counts = self._xids.counts() if self._xids is not None else {}
+        samples: list[DeviceSample] = []
+        try:
+            self._maybe_rediscover(errors)
+            for device in self._devices:
+                samples.extend(self._sample_gpu(device, errors, xid_counts))
+        except _SessionLost as exc:
+            errors["init"] += 1
+            log.error("NVML stopped answering (%s); re-initialising", exc.__cause__)
+            self.close()
+            return NodeSample(nvml_up=False, errors=dict(errors))
+        return NodeSample(
+            nvml_up=True,
+            driver_version=self._driver_version,
+            devices=tuple(samples),
+            errors=dict(errors),
+        )
+
+    def _maybe_rediscover(self, errors: Counter[str]) -> None:
+        """Pick up MIG repartitioning and replaced GPUs without restarting the exporter."""
+        now = self._clock()
+        if now - self._discovered_at < self._rediscover_seconds:
+            return
+        try:
+            self._devices = discover(self._devices)
+            self._unsupported.clear()
+        except pynvml.NVMLError as exc:
+            if exc.value in SESSION_ERRORS:
+                raise _SessionLost from exc
+            errors[error_kind(exc)] += 1
+            log.warning("NVML rediscovery failed, keeping the known devices: %s", exc)
+        self._discovered_at = now
+        if self._xids is not None:
+            self._xids.watch(self._devices)
+
+    def _sample_gpu(
+        self, device: Device, errors: Counter[str], xid_counts: dict[str, dict[int, int]]
+    ) -> list[DeviceSample]:
+        identity = device.identity
+        xids = xid_counts.get(identity.uuid, {})
+        try:
+            if device.handle is None:
+                raise _DeviceLost
+            readers = dict(GPU_READERS)
+            if device.mig_enabled:
+                del readers["utilization"]  # NVML never supports it on MIG-enabled GPUs
+            values = self._read(device, readers, errors)
+            clock_events = self._optional(
+                device,
+                "clock_events",
+                lambda: read_clock_events(device.handle, self._features),
+                errors,
+            )
+            # Per-process utilization is never available on MIG; memory per process is.
+            processes = self._processes(device, not device.mig_enabled, errors)
+            children = [
+                DeviceSample(
+                    child.identity,
+                    True,
+                    self._read(child, MIG_READERS, errors),
+                    processes=self._processes(child, False, errors),
+                )
+                for child in device.children
+            ]
+        except _DeviceLost:
+            errors["gpu_is_lost"] += 1
+            down = [DeviceSample(identity, up=False, xid_counts=xids)]
+            return down + [DeviceSample(child.identity, up=False) for child in device.children]
+        gpu = DeviceSample(identity, True, values, clock_events, xids, processes)
+        return [gpu, *children]
+
+    def _processes(
+        self, device: Device, with_utilization: bool, errors: Counter[str]
+    ) -> tuple[ProcessSample, ...] | None:
+        uuid = device.identity.uuid
+        return self._optional(
+            device,
+            "processes",
+            lambda: self._process_reader.read(uuid, device.handle, with_utilization),
+            errors,
+        )
+
+    def _read(
+        self, device: Device, readers: dict[str, Reader], errors: Counter[str]
+    ) -> dict[str, float]:
+        values: dict[str, float] = {}
+        uuid = device.identity.uuid
+        for name, reader in readers.items():
+            if (uuid, name) in self._unsupported:
+                continue
+            try:
+                values.update(reader(device.handle, self._features))
+            except pynvml.NVMLError as exc:
+                self._on_error(uuid, name, exc, errors)
+        return values
+
+    def _optional(
+        self, device: Device, name: str, read: Callable[[], T], errors: Counter[str]
+    ) -> T | None:
+        """One reading that is None when NVML cannot give it for this device."""
+        uuid = device.identity.uuid
+        if (uuid, name) in self._unsupported:
+            return None
+        try:
+            return read()
+        except pynvml.NVMLError as exc:
+            self._on_error(uuid, name, exc, errors)
+            return None
+
+    def _on_error(
+        self, uuid: str, reader: str, exc: pynvml.NVMLError, errors: Counter[str]
+    ) -> None:
+        if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise _DeviceLost from exc
+        if exc.value in SESSION_ERRORS:
+            raise _SessionLost from exc
+        if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            self._unsupported.add((uuid, reader))
+            log.debug("%s: %s not supported, not asking again", uuid, reader)
+            return
+        errors[error_kind(exc)] += 1
+        log.debug("%s: reading %s failed: %s", uuid, reader, exc)

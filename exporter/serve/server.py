@@ -1,0 +1,136 @@
+"""HTTP serving: /metrics from pre-rendered bytes, a landing page, health and readiness.
+
+No handler here touches NVML or the kubelet; each reads the collection loop's latest result,
+so a scrape costs the same whatever the GPUs are doing.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from kube_gpu_exporter.exporter import __version__
+from kube_gpu_exporter.exporter.exposition.families import device_labels
+from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
+
+LOOP_KEY = web.AppKey("collection", CollectionLoop)
+
+
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def concurrency_limit(limit: int) -> Middleware:
+    """Bound concurrent requests (exporter-toolkit's --web.max-requests); 503 beyond it.
+
+    A slot is held for the whole request: a basic-auth check (tens of milliseconds of bcrypt)
+    and, for /metrics, the writing of the body. A flood of bad passwords or stuck clients thus
+    answers 503 quickly instead of queueing without bound. Probes are never refused, so a
+    flood cannot make the kubelet restart a healthy exporter.
+    """
+    in_flight = 0
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal in_flight
+        if request.path in PROBE_PATHS or not limit:
+            return await handler(request)
+        if in_flight >= limit:
+            return web.Response(status=503, text="too many concurrent requests\n")
+        in_flight += 1
+        try:
+            return await handler(request)
+        finally:
+            in_flight -= 1
+
+    return middleware
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    """The latest rendered snapshot, written inside the handler so its slot covers the write."""
+    latest = request.app[LOOP_KEY].latest
+    if latest is None:
+        return web.Response(status=503, text="no collection has completed yet\n")
+    gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
+    body, content_type = latest.body(request.headers.get("Accept", ""), gzipped)
+    response = web.StreamResponse(headers={"Content-Type": content_type})
+    if gzipped:
+        response.headers["Content-Encoding"] = "gzip"
+    response.content_length = len(body)
+    await response.prepare(request)
+    await response.write(body)
+    await response.write_eof()
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process serves and its collection loop still runs."""
+    if not request.app[LOOP_KEY].alive:
+        return web.Response(status=503, text="collection loop stopped\n")
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: NVML has answered at least once and still does."""
+    loop = request.app[LOOP_KEY]
+    if loop.ready:
+        return web.Response(text="ready\n")
+    reason = "NVML has not answered yet" if not loop.ever_succeeded else "NVML is not answering"
+    return web.Response(status=503, text=f"not ready: {reason}\n")
+
+
+def _rows(loop: CollectionLoop) -> Iterable[str]:
+    if loop.latest is None:
+        yield "<tr><td colspan=6>no collection has completed yet</td></tr>"
+        return
+    for device in loop.latest.snapshot.node.devices:
+        ident = device.identity
+        cells = (
+            device_labels(ident)["gpu"],
+            ident.uuid,
+            ident.model,
+            ident.mig_profile or "—",
+            ident.pci_bus_id,
+            "up" if device.up else "DOWN",
+        )
+        yield "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in cells) + "</tr>"
+
+
+async def landing(request: web.Request) -> web.Response:
+    loop = request.app[LOOP_KEY]
+    path = html.escape(request.app[PATH_KEY])
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>kube-gpu-exporter</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}</style>
+</head><body>
+<h1>kube-gpu-exporter {html.escape(__version__)}</h1>
+<p><a href="{path}">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Ready</a></p>
+<h2>Devices on this node</h2>
+<table><tr><th>GPU</th><th>UUID</th><th>Model</th><th>MIG profile</th><th>PCI bus</th>
+<th>State</th></tr>
+{"".join(_rows(loop))}
+</table></body></html>
+"""
+    return web.Response(text=page, content_type="text/html")
+
+
+PATH_KEY = web.AppKey("telemetry_path", str)
+
+
+def build_app(
+    loop: CollectionLoop,
+    telemetry_path: str = "/metrics",
+    max_requests: int = 40,
+    middlewares: Iterable[Middleware] = (),
+) -> web.Application:
+    app = web.Application(middlewares=[concurrency_limit(max_requests), *middlewares])
+    app[LOOP_KEY] = loop
+    app[PATH_KEY] = telemetry_path
+    app.router.add_get(telemetry_path, metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    if telemetry_path != "/":
+        app.router.add_get("/", landing)
+    return app

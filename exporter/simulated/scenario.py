@@ -1,0 +1,356 @@
+"""Scenario files: a simulated node's devices and their readings over time.
+
+One format drives both the `--simulate` backend and the fake libnvidia-ml that the tests
+compile from C, so the demo and the tests describe a node the same way. A scenario is parsed
+and validated once; `Scenario.state_at(t)` gives the node as it is `t` seconds into the run.
+
+Readings change at timeline keyframes: a keyframe holds its values until the next one, or,
+with `ramp: true`, the values move linearly from the previous keyframe to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
+from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.units import parse_duration, parse_size
+
+
+class ScenarioError(InputError):
+    """A scenario file that cannot be used; the message names the file, key and value."""
+
+
+def _size(value: Any) -> Any:
+    return parse_size(value) if isinstance(value, str) else value
+
+
+def _duration(value: Any) -> Any:
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+Bytes = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+Ratio = Annotated[float, Field(ge=0, le=1)]
+ClockEvent = Annotated[str, Field(pattern="^(" + "|".join(CLOCK_EVENT_REASONS) + ")$")]
+
+# Reading keys that may be declared unsupported (NVML answers NOT_SUPPORTED for them).
+READING_KEYS = (
+    "utilization",
+    "memory_bandwidth_utilization",
+    "memory",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "energy",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "clock_events",
+    "ecc",
+    "processes",
+)
+ReadingKey = Annotated[str, Field(pattern="^(" + "|".join(READING_KEYS) + ")$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Readings(_Model):
+    """Values that change over time. Absent keys keep their previous value."""
+
+    utilization: Ratio | None = None
+    memory_bandwidth_utilization: Ratio | None = None
+    memory_used_bytes: Bytes | None = None
+    temperature_celsius: Annotated[float, Field(ge=-50, le=200)] | None = None
+    power_watts: Annotated[float, Field(ge=0)] | None = None
+    sm_clock_mhz: Annotated[float, Field(ge=0)] | None = None
+    memory_clock_mhz: Annotated[float, Field(ge=0)] | None = None
+    clock_events: list[ClockEvent] | None = None
+    ecc_corrected: Annotated[int, Field(ge=0)] | None = None
+    ecc_uncorrected: Annotated[int, Field(ge=0)] | None = None
+
+
+class Process(_Model):
+    pid: Annotated[int, Field(gt=0)]
+    used_memory_bytes: Bytes = 0
+    sm_utilization: Ratio = 0.0
+    gpu_instance_id: Annotated[int, Field(ge=0)] | None = None
+    compute_instance_id: Annotated[int, Field(ge=0)] | None = None
+
+
+class Keyframe(_Model):
+    at: Seconds
+    ramp: bool = False
+    readings: Readings = Readings()
+    lost: bool | None = None
+    xid: list[Annotated[int, Field(gt=0)]] = []
+    processes: list[Process] | None = None
+
+
+class MigKeyframe(_Model):
+    at: Seconds
+    ramp: bool = False
+    readings: Readings = Readings()
+
+
+class MigSpec(_Model):
+    profile: Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+\w+)?$")]
+    gpu_instance_id: Annotated[int, Field(ge=0)]
+    compute_instance_id: Annotated[int, Field(ge=0)] = 0
+    uuid: str | None = None
+    memory_total_bytes: Bytes
+    readings: Readings = Readings()
+    timeline: list[MigKeyframe] = []
+
+
+class DeviceSpec(_Model):
+    uuid: str | None = None
+    name: str = "NVIDIA H100 80GB HBM3"
+    pci_bus_id: str | None = None
+    memory_total_bytes: Bytes = 80 << 30
+    memory_reserved_bytes: Bytes = 512 << 20
+    power_limit_watts: Annotated[float, Field(gt=0)] = 700.0
+    energy_joules: Annotated[float, Field(ge=0)] = 0.0
+    readings: Readings = Readings()
+    unsupported: list[ReadingKey] = []
+    processes: list[Process] = []
+    mig: list[MigSpec] = []
+    timeline: list[Keyframe] = []
+
+
+class PodSpec(_Model):
+    """A container the kubelet reports as holding one device, named by its index in `devices`
+    (and in that device's `mig` list); `replica` n makes the id `<uuid>::<n>` (time-slicing)."""
+
+    namespace: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    container: str = Field(default="main", min_length=1)
+    device: Annotated[int, Field(ge=0)]
+    mig: Annotated[int, Field(ge=0)] | None = None
+    replica: Annotated[int, Field(ge=0)] | None = None
+
+
+class KubeletSpec(_Model):
+    """What the node's kubelet reports through pod-resources: read by the demo's kubelet, not
+    by the exporter. `replicas` maps a device index to its time-slicing replica count."""
+
+    pods: list[PodSpec] = []
+    replicas: dict[int, Annotated[int, Field(ge=2)]] = {}
+
+
+class ScenarioSpec(_Model):
+    description: str = ""
+    driver_version: str = "550.54.15"
+    devices: list[DeviceSpec] = Field(min_length=1)
+    kubelet: KubeletSpec = KubeletSpec()
+
+    @model_validator(mode="after")
+    def _kubelet_names_real_devices(self) -> ScenarioSpec:
+        for index in self.kubelet.replicas:
+            if not 0 <= index < len(self.devices) or self.devices[index].mig:
+                raise ValueError(f"kubelet.replicas: {index} is not a whole GPU of `devices`")
+        for pod in self.kubelet.pods:
+            where = f"kubelet.pods: {pod.namespace}/{pod.name}"
+            if pod.device >= len(self.devices):
+                raise ValueError(f"{where}: device {pod.device} is not in `devices`")
+            migs = self.devices[pod.device].mig
+            if (pod.mig is None) != (not migs) or (pod.mig is not None and pod.mig >= len(migs)):
+                raise ValueError(f"{where}: mig must name one of device {pod.device}'s instances")
+            shared = pod.device in self.kubelet.replicas
+            if (pod.replica is not None) != shared or (
+                pod.replica is not None and pod.replica >= self.kubelet.replicas[pod.device]
+            ):
+                raise ValueError(f"{where}: replica must be set exactly on time-sliced devices")
+        return self
+
+
+# --- the evaluated state at one moment -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigState:
+    uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_total_bytes: int
+    memory_used_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    lost: bool
+    memory_total_bytes: int
+    memory_reserved_bytes: int
+    memory_used_bytes: int
+    utilization: float
+    memory_bandwidth_utilization: float
+    temperature_celsius: float
+    power_watts: float
+    power_limit_watts: float
+    energy_joules: float
+    sm_clock_mhz: float
+    memory_clock_mhz: float
+    clock_events: frozenset[str]
+    ecc_corrected: int
+    ecc_uncorrected: int
+    unsupported: frozenset[str]
+    xids: tuple[int, ...]  # every Xid event up to now, oldest first
+    processes: tuple[Process, ...]
+    mig: tuple[MigState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    driver_version: str
+    devices: tuple[DeviceState, ...]
+
+
+_DEFAULTS: dict[str, Any] = {
+    "utilization": 0.0,
+    "memory_bandwidth_utilization": 0.0,
+    "memory_used_bytes": 0,
+    "temperature_celsius": 35.0,
+    "power_watts": 70.0,
+    "sm_clock_mhz": 1980.0,
+    "memory_clock_mhz": 2619.0,
+    "clock_events": [],
+    "ecc_corrected": 0,
+    "ecc_uncorrected": 0,
+}
+_NUMERIC = [k for k, v in _DEFAULTS.items() if not isinstance(v, list)]
+
+
+def _value_at(key: str, base: Readings, frames: Iterable[Keyframe | MigKeyframe], t: float) -> Any:
+    """A reading at time t: the last keyframe's value, or a ramp towards the next one."""
+    prev_t, prev_v = 0.0, getattr(base, key)
+    if prev_v is None:
+        prev_v = _DEFAULTS[key]
+    for frame in frames:
+        value = getattr(frame.readings, key)
+        if value is None:
+            continue
+        if frame.at <= t:
+            prev_t, prev_v = frame.at, value
+            continue
+        if frame.ramp and key in _NUMERIC and frame.at > prev_t:
+            share = (t - prev_t) / (frame.at - prev_t)
+            return prev_v + (value - prev_v) * share
+        break
+    return prev_v
+
+
+def _energy_at(device: DeviceSpec, frames: list[Keyframe], t: float) -> float:
+    """Energy as the integral of the power curve, so the counter never goes backwards."""
+    points = sorted({0.0, t, *(f.at for f in frames if f.readings.power_watts is not None)})
+    points = [p for p in points if p <= t]
+    joules = device.energy_joules
+    for left, right in itertools.pairwise(points):
+        a = _value_at("power_watts", device.readings, frames, left)
+        b = _value_at("power_watts", device.readings, frames, right - 1e-9)
+        joules += (a + b) / 2 * (right - left)
+    return joules
+
+
+class Scenario:
+    """A validated scenario; evaluate it at any time with `state_at`."""
+
+    def __init__(self, spec: ScenarioSpec, source: str = "<scenario>") -> None:
+        self.spec = spec
+        self.source = source
+        self._frames = [sorted(d.timeline, key=lambda f: f.at) for d in spec.devices]
+        self._mig_frames = [
+            [sorted(m.timeline, key=lambda f: f.at) for m in d.mig] for d in spec.devices
+        ]
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"cannot read scenario {path}: {exc.strerror}") from None
+        return cls.parse(text, str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str = "<scenario>") -> Scenario:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"{source}: {yaml_problem(exc)}") from None
+        try:
+            spec = ScenarioSpec.model_validate(data)
+        except ValidationError as exc:
+            raise ScenarioError(f"{source}: {validation_problem(exc)}") from None
+        return cls(spec, source)
+
+    def state_at(self, t: float) -> NodeState:
+        devices = tuple(self._device_at(i, d, t) for i, d in enumerate(self.spec.devices))
+        return NodeState(driver_version=self.spec.driver_version, devices=devices)
+
+    def _device_at(self, index: int, spec: DeviceSpec, t: float) -> DeviceState:
+        frames = self._frames[index]
+        past = [f for f in frames if f.at <= t]
+        lost = next((f.lost for f in reversed(past) if f.lost is not None), False)
+        processes = next((f.processes for f in reversed(past) if f.processes is not None), None)
+        values = {key: _value_at(key, spec.readings, frames, t) for key in _DEFAULTS}
+        uuid = spec.uuid or f"GPU-{index:08x}-0000-4000-8000-{index:012x}"
+        mig = tuple(
+            MigState(
+                uuid=m.uuid or f"MIG-{index:04x}{m.gpu_instance_id:04x}-0000-4000-8000-{j:012x}",
+                profile=m.profile,
+                gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=m.compute_instance_id,
+                memory_total_bytes=m.memory_total_bytes,
+                memory_used_bytes=int(
+                    _value_at("memory_used_bytes", m.readings, self._mig_frames[index][j], t)
+                ),
+            )
+            for j, m in enumerate(spec.mig)
+        )
+        return DeviceState(
+            index=index,
+            uuid=uuid,
+            name=spec.name,
+            pci_bus_id=spec.pci_bus_id or f"00000000:{0x18 + index:02X}:00.0",
+            lost=lost,
+            memory_total_bytes=spec.memory_total_bytes,
+            memory_reserved_bytes=spec.memory_reserved_bytes,
+            # A MIG-enabled GPU's framebuffer holds at least what its instances use.
+            memory_used_bytes=max(
+                int(values["memory_used_bytes"]), sum(m.memory_used_bytes for m in mig)
+            ),
+            utilization=float(values["utilization"]),
+            memory_bandwidth_utilization=float(values["memory_bandwidth_utilization"]),
+            temperature_celsius=float(values["temperature_celsius"]),
+            power_watts=float(values["power_watts"]),
+            power_limit_watts=spec.power_limit_watts,
+            energy_joules=_energy_at(spec, frames, t),
+            sm_clock_mhz=float(values["sm_clock_mhz"]),
+            memory_clock_mhz=float(values["memory_clock_mhz"]),
+            clock_events=frozenset(values["clock_events"]),
+            ecc_corrected=int(values["ecc_corrected"]),
+            ecc_uncorrected=int(values["ecc_uncorrected"]),
+            unsupported=frozenset(spec.unsupported),
+            xids=tuple(x for f in past for x in f.xid),
+            processes=tuple(spec.processes if processes is None else processes),
+            mig=mig,
+        )

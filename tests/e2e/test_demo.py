@@ -1,0 +1,154 @@
+"""`kube-gpu-exporter demo`: the story's kubelet listing, bad input, and a run stopped by Ctrl-C.
+
+The alerts the demo's stack delivers are tested end to end in test_alerts_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
+from kube_gpu_exporter.exporter.simulated.scenario import Scenario, ScenarioError
+from support import exporter_command, free_port, http_get, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"
+GPU = "GPU-{0:08x}-0000-4000-8000-{0:012x}".format  # the scenario's generated uuids
+
+
+def test_the_story_kubelet_lists_each_pod_with_device_plugin_ids() -> None:
+    scenario = Scenario.load(DEMO)
+    pods = {(p.namespace, p.name): p for p in pod_resources(scenario)}
+    assert len(pods) == 8
+
+    def held(namespace: str, name: str) -> list[tuple[str, list[str]]]:
+        (container,) = pods[(namespace, name)].containers
+        return [(d.resource_name, list(d.device_ids)) for d in container.devices]
+
+    assert held("lab", "notebook-alice") == [("nvidia.com/gpu", [GPU(1)])]
+    mig = scenario.state_at(0).devices[3].mig[0]
+    assert held("ml", "embeddings") == [("nvidia.com/mig-3g.20gb", [mig.uuid])]
+    assert held("serving", "chat-2") == [("nvidia.com/gpu", [f"{GPU(4)}::2"])]
+
+    advertised = {d.resource_name: list(d.device_ids) for d in allocatable(scenario)}
+    assert advertised["nvidia.com/gpu"] == [
+        GPU(0), GPU(1), GPU(2), *(f"{GPU(4)}::{n}" for n in range(4))
+    ]  # fmt: skip
+    assert set(advertised) == {
+        "nvidia.com/gpu", "nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb",
+        "nvidia.com/mig-1g.5gb",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kubelet", "message"),
+    [
+        ("pods: [{namespace: a, name: p, device: 7}]", "device 7 is not in `devices`"),
+        ("pods: [{namespace: a, name: p, device: 1}]", "mig must name one of device 1"),
+        ("pods: [{namespace: a, name: p, device: 0, replica: 0}]", "replica must be set"),
+        ("replicas: {1: 2}", "1 is not a whole GPU"),
+        (
+            "replicas: {0: 1}",
+            "kubelet.replicas[0]: Input should be greater than or equal to 2 (got 1)",
+        ),
+    ],
+)
+def test_a_kubelet_section_naming_no_device_is_a_one_line_error(kubelet: str, message: str) -> None:
+    text = f"""
+devices:
+  - {{}}
+  - mig: [{{profile: 1g.5gb, gpu_instance_id: 13, memory_total_bytes: 4864MiB}}]
+kubelet: {{{kubelet}}}
+"""
+    with pytest.raises(ScenarioError) as caught:
+        Scenario.parse(text)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def run_demo(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    command = exporter_command("demo", *args)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def test_bad_thresholds_and_a_missing_binary_are_one_line_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "thresholds.yaml"
+    bad.write_text("alerts: {GPUAllocatedIdle: {for: soon}}\n")
+    result = run_demo(f"--thresholds={bad}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "GPUAllocatedIdle" in result.stderr
+
+    env_path = {"PATH": str(tmp_path)}  # no prometheus on this PATH
+    command = exporter_command("demo", f"--workdir={tmp_path / 'w'}")
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=30, env={**os.environ, **env_path}
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "`prometheus` is not installed" in result.stderr
+
+
+def test_the_demo_serves_and_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+    ports = [free_port() for _ in range(3)]
+    workdir = tmp_path / "demo"
+    flags = [f"--port.{part}={port}" for part, port in zip(PARTS, ports, strict=True)]
+    proc = subprocess.Popen(
+        exporter_command("demo", f"--workdir={workdir}", *flags),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = ""
+        while "Ctrl-C stops everything" not in banner:
+            line = proc.stdout.readline()
+            assert line, f"the demo ended early: {banner}"
+            banner += line
+        for port in ports:
+            assert f"127.0.0.1:{port}" in banner
+        metrics = f"http://127.0.0.1:{ports[0]}/metrics"
+        allocation = 'nvidia_gpu_allocation_info{container="jupyter"'
+        wait_until(lambda: allocation in http_get(metrics)[2].decode(), 30, "the pods' GPUs")
+        rules = http_get(f"http://127.0.0.1:{ports[1]}/api/v1/rules")[2].decode()
+        assert "GPUAllocatedIdle" in rules
+        children = _children(proc.pid)
+        assert len(children) == 3  # Alertmanager, the exporter, Prometheus
+
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, output
+        assert "stopped the exporter, the kubelet, Prometheus and Alertmanager" in output
+        assert "Traceback" not in output
+        wait_until(lambda: not any(_alive(pid) for pid in children), 5, "every part to exit")
+        assert not (workdir / "kubelet.sock").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+PARTS = ("exporter", "prometheus", "alertmanager")
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_alerts_are_described_by_pod_and_gpu_when_they_have_them() -> None:
+    from kube_gpu_exporter.demo.run import _describe
+
+    assert _describe(("GPUAllocatedIdle", "lab", "nb", "1")) == "GPUAllocatedIdle lab/nb GPU 1"
+    assert _describe(("KubeGpuExporterDown", "", "", "")) == "KubeGpuExporterDown"

@@ -1,0 +1,245 @@
+"""Build the fake libnvidia-ml.so.1 and write the state file it serves.
+
+The fake (fake_nvml.c, next to this file) lets the real pynvml bindings, and so the
+exporter's NVML code, run against GPUs described by a scenario: tests compile it once, point
+`FAKE_NVML_STATE` at a state file, and move the node forward by rewriting that file with
+`write_state(path, scenario.state_at(t))`. The fake re-reads the file when it changes.
+
+State file lines (the C file's header is the reference):
+
+    driver_version <text>
+    delay_ms <n>
+    init_error <code>                       (only when given)
+    device <index>                          then, for that GPU:
+    uuid <text>
+    name <text to end of line>
+    pci_bus_id <text>
+    lost <0|1>
+    memory <total bytes> <reserved bytes> <used bytes>
+    utilization <gpu %> <memory %>
+    temperature <celsius>
+    power <mW>
+    power_limit <mW>
+    energy <mJ>
+    clocks <sm MHz> <memory MHz>
+    clock_events <mask, hex>
+    ecc <corrected> <uncorrected>
+    error <NVML function name> <code>      (one per faulted function)
+    mig <gi> <ci> <slices> <total bytes> <used bytes> <uuid> <name to end of line>
+    process <pid> <used bytes> <gi> <ci> <sm %> <memory %>
+    xid <code>                             (every Xid so far, oldest first)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
+from kube_gpu_exporter.exporter.simulated.scenario import DeviceState, NodeState
+
+SOURCE = Path(__file__).with_name("fake_nvml.c")
+LIBRARY_NAME = "libnvidia-ml.so.1"
+
+NVML_ERROR_NOT_SUPPORTED = 3
+NO_INSTANCE = 0xFFFFFFFF  # NVML's gpuInstanceId/computeInstanceId outside MIG
+
+# A reading key declared `unsupported` in a scenario → the NVML functions that read it.
+UNSUPPORTED_FUNCTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "utilization": ("nvmlDeviceGetUtilizationRates",),
+        "memory_bandwidth_utilization": ("nvmlDeviceGetUtilizationRates",),
+        "memory": ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"),
+        "temperature_celsius": ("nvmlDeviceGetTemperature",),
+        "power_watts": ("nvmlDeviceGetPowerUsage",),
+        "power_limit_watts": ("nvmlDeviceGetEnforcedPowerLimit",),
+        "energy": ("nvmlDeviceGetTotalEnergyConsumption",),
+        "sm_clock_mhz": ("nvmlDeviceGetClockInfo",),
+        "memory_clock_mhz": ("nvmlDeviceGetClockInfo",),
+        "clock_events": (
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+        ),
+        "ecc": ("nvmlDeviceGetTotalEccErrors",),
+        "processes": (
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetProcessUtilization",
+        ),
+    }
+)
+
+_NO_ERRORS: Mapping[tuple[int, str], int] = MappingProxyType({})
+_last_mtime_ns = 0
+
+
+class FakeNvmlBuildError(RuntimeError):
+    """The C compiler could not build the fake; the message carries its stderr."""
+
+
+def build(out_dir: Path, *, old_driver: bool = False) -> Path:
+    """Compile the fake into `out_dir/libnvidia-ml.so.1` and return `out_dir`.
+
+    The soname file name lets a subprocess load it with `LD_LIBRARY_PATH=out_dir`, exactly as
+    pynvml loads the real driver. `old_driver` leaves out the newer entry points
+    (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetCurrentClocksEventReasons) to test fallbacks.
+    """
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise FakeNvmlBuildError("no C compiler (cc) on PATH: cannot build the fake NVML")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra"]
+    if old_driver:
+        command.append("-DFAKE_NVML_OLD_DRIVER")
+    command += ["-o", str(out_dir / LIBRARY_NAME), str(SOURCE), "-lpthread"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise FakeNvmlBuildError(
+            f"building the fake NVML failed ({' '.join(command)}):\n{result.stderr}"
+        )
+    return out_dir
+
+
+def _percent(ratio: float) -> int:
+    """NVML reports whole percents; round half up like a sampled counter would."""
+    return max(0, math.floor(ratio * 100 + 0.5))
+
+
+def _whole(value: float) -> int:
+    """A non-negative integer: NVML's unsigned fields cannot hold negatives."""
+    return max(0, math.floor(value + 0.5))
+
+
+def _clock_event_mask(names: frozenset[str]) -> int:
+    mask = 0
+    for name in names:
+        mask |= CLOCK_EVENT_REASONS[name]
+    return mask
+
+
+def _one_line(text: str, what: str) -> str:
+    """Values are line- and space-delimited in the state file; refuse ones that would break it."""
+    if "\n" in text or "\r" in text or not text.strip():
+        raise ValueError(f"{what} must be one non-empty line: {text!r}")
+    return text
+
+
+def _token(text: str, what: str) -> str:
+    if not text or any(c.isspace() for c in text):
+        raise ValueError(f"{what} must be one word: {text!r}")
+    return text
+
+
+def _mig_slices(profile: str) -> int:
+    """`3g.40gb` → 3: the GPU-instance slice count is the profile's leading number."""
+    return int(profile.split("g", 1)[0])
+
+
+def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
+    lines = [
+        f"device {device.index}",
+        f"uuid {_token(device.uuid, 'uuid')}",
+        f"name {_one_line(device.name, 'name')}",
+        f"pci_bus_id {_token(device.pci_bus_id, 'pci_bus_id')}",
+        f"lost {int(device.lost)}",
+        f"memory {device.memory_total_bytes} {device.memory_reserved_bytes}"
+        f" {device.memory_used_bytes}",
+        f"utilization {_percent(device.utilization)}"
+        f" {_percent(device.memory_bandwidth_utilization)}",
+        f"temperature {_whole(device.temperature_celsius)}",
+        f"power {_whole(device.power_watts * 1000)}",
+        f"power_limit {_whole(device.power_limit_watts * 1000)}",
+        f"energy {_whole(device.energy_joules * 1000)}",
+        f"clocks {_whole(device.sm_clock_mhz)} {_whole(device.memory_clock_mhz)}",
+        f"clock_events {_clock_event_mask(device.clock_events):#x}",
+        f"ecc {device.ecc_corrected} {device.ecc_uncorrected}",
+    ]
+    lines += [f"error {_token(fn, 'function')} {code}" for fn, code in sorted(errors.items())]
+    for mig in device.mig:
+        name = _one_line(f"{device.name} MIG {mig.profile}", "MIG name")
+        lines.append(
+            f"mig {mig.gpu_instance_id} {mig.compute_instance_id} {_mig_slices(mig.profile)}"
+            f" {mig.memory_total_bytes} {mig.memory_used_bytes} {_token(mig.uuid, 'uuid')}"
+            f" {name}"
+        )
+    for proc in device.processes:
+        gi = NO_INSTANCE if proc.gpu_instance_id is None else proc.gpu_instance_id
+        ci = NO_INSTANCE if proc.compute_instance_id is None else proc.compute_instance_id
+        lines.append(
+            f"process {proc.pid} {proc.used_memory_bytes} {gi} {ci}"
+            f" {_percent(proc.sm_utilization)} 0"
+        )
+    lines += [f"xid {xid}" for xid in device.xids]
+    return lines
+
+
+def render_state(
+    node: NodeState | None,
+    *,
+    delay_ms: int = 0,
+    init_error: int | None = None,
+    errors: Mapping[tuple[int, str], int] = _NO_ERRORS,
+) -> str:
+    """The state file text for `node` (None: a driver that reports no GPUs).
+
+    `errors` maps (GPU index, NVML C function name) to the nvmlReturn_t that function must
+    answer for that GPU; it wins over the NOT_SUPPORTED (3) implied by `unsupported` keys.
+    """
+    devices = node.devices if node is not None else ()
+    known = {d.index for d in devices}
+    unknown = sorted({index for index, _fn in errors} - known)
+    if unknown:
+        raise ValueError(f"errors name GPU indexes the node does not have: {unknown}")
+    driver = node.driver_version if node is not None else "550.54.15"
+    lines = [
+        "# fake libnvidia-ml state (tests/fakenvml)",
+        f"driver_version {_token(driver, 'driver_version')}",
+        f"delay_ms {int(delay_ms)}",
+    ]
+    if init_error is not None:
+        lines.append(f"init_error {int(init_error)}")
+    for device in devices:
+        per_function = {
+            fn: NVML_ERROR_NOT_SUPPORTED
+            for key in sorted(device.unsupported)
+            for fn in UNSUPPORTED_FUNCTIONS[key]
+        }
+        per_function |= {fn: code for (index, fn), code in errors.items() if index == device.index}
+        lines += _device_lines(device, per_function)
+    return "\n".join(lines) + "\n"
+
+
+def write_state(
+    path: Path,
+    node: NodeState | None,
+    *,
+    delay_ms: int = 0,
+    init_error: int | None = None,
+    errors: Mapping[tuple[int, str], int] = _NO_ERRORS,
+) -> None:
+    """Atomically replace the state file, so the fake never reads a half-written one.
+
+    The fake notices a change by (mtime ns, size, inode). Filesystem timestamps are only as
+    fine as the kernel tick and inode numbers are reused, so two quick rewrites of the same
+    size could look unchanged; each write therefore stamps a strictly increasing mtime.
+    """
+    global _last_mtime_ns
+    text = render_state(node, delay_ms=delay_ms, init_error=init_error, errors=errors)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        stamp = max(time.time_ns(), _last_mtime_ns + 1_000_000)
+        _last_mtime_ns = stamp
+        os.utime(tmp, ns=(stamp, stamp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

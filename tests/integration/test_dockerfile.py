@@ -1,0 +1,346 @@
+"""The Dockerfile's structure, and the wheel it installs (no Docker engine runs here).
+
+The Dockerfile is parsed as Docker reads it (continuation lines joined, comments dropped,
+global ARG defaults substituted into FROM) and its stages checked: a builder that makes wheels
+and a final slim stage that installs only those wheels, without a compiler or the source tree.
+The wheel is built as the builder builds it and checked for what the image runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from kube_gpu_exporter.exporter import __version__
+from kube_gpu_exporter.exporter.cli import DEFAULT_PORT
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "Dockerfile"
+# Source folder → the package it becomes (setuptools' package-dir).
+SOURCE_DIRS = {
+    "exporter": "kube_gpu_exporter/exporter",
+    "rules": "kube_gpu_exporter/rules",
+    "grafana": "kube_gpu_exporter/grafana",
+    "demo": "kube_gpu_exporter/demo",
+}
+# Files of the source folders that are not installed, and why.
+NOT_SHIPPED = {
+    # Documents every key of the thresholds file; `generate` has its defaults in code
+    # (rules/config.py) and reads a thresholds file only when --config names one.
+    "rules/thresholds.example.yaml",
+}
+COMPILERS = ("gcc", "g++", "clang", "build-essential", "make", "cmake", "python3-dev")
+
+
+def _footprint() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "image_footprint", REPO / "bench" / "image_footprint.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+footprint = _footprint()
+
+
+# --- the Dockerfile, as Docker reads it -------------------------------------------------------
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    args: str
+
+
+@dataclass
+class Stage:
+    image: str
+    name: str | None
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [i.args for i in self.instructions if i.keyword == keyword]
+
+
+def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """Global ARG defaults and the stages of a Dockerfile."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#") or (not line and not pending):
+            continue  # comments (and parser directives), also inside continued instructions
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued instruction"
+
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, args = line.partition(" ")
+        keyword, args = keyword.upper(), args.strip()
+        if keyword == "FROM":
+            words = [w for w in args.split() if not w.startswith("--")]
+            image = re.sub(
+                r"\$\{?(\w+)\}?", lambda m: global_args.get(m.group(1), m.group(0)), words[0]
+            )
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(image, name))
+        elif not stages and keyword == "ARG":
+            key, _, default = args.partition("=")
+            global_args[key] = default
+        elif stages:
+            stages[-1].instructions.append(Instruction(keyword, args))
+    return global_args, stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse(DOCKERFILE.read_text(encoding="utf-8"))[1]
+
+
+@pytest.fixture(scope="module")
+def final(stages: list[Stage]) -> Stage:
+    return stages[-1]
+
+
+def _exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list), f"not the exec (JSON) form: {args}"
+    return [str(v) for v in value]
+
+
+def _commands(run: str) -> list[list[str]]:
+    """The simple commands of a RUN line (after its --mount options), split on && ; |."""
+    words = shlex.split(run)
+    while words and words[0].startswith("--mount"):
+        words.pop(0)
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in ("&&", "||", ";", "|"):
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [c for c in commands if c]
+
+
+def _pip_installs(stage: Stage) -> list[list[str]]:
+    """The arguments of every `pip install` the stage runs."""
+    found = []
+    for run in stage.all("RUN"):
+        for cmd in _commands(run):
+            if cmd[:2] in (["pip", "install"], ["pip3", "install"]):
+                found.append(cmd[2:])
+            elif cmd[:4] in (
+                ["python", "-m", "pip", "install"],
+                ["python3", "-m", "pip", "install"],
+            ):
+                found.append(cmd[4:])
+    return found
+
+
+def test_two_stages_on_one_slim_python_base(stages: list[Stage]) -> None:
+    assert len(stages) >= 2
+    builder = stages[0]
+    assert builder.name == "builder"
+    for stage in stages:
+        assert re.fullmatch(r"python:3\.\d+-slim(-[a-z]+)?", stage.image), stage.image
+    assert stages[-1].image == builder.image, "the wheels are built for the final stage's Python"
+
+
+def test_the_builder_makes_wheels_of_the_runtime_dependencies(stages: list[Stage]) -> None:
+    runs = " ".join(stages[0].all("RUN"))
+    assert re.search(r"\bpip wheel\b.*--wheel-dir[ =]/wheels\b.* \.$", runs), runs
+    assert "[test]" not in runs and "--no-deps" not in runs
+
+
+def test_the_final_stage_installs_only_the_builders_wheels(final: Stage) -> None:
+    (install,) = _pip_installs(final)
+    for flag in footprint.PIP_INSTALL_FLAGS:  # the flags the footprint measurement uses
+        assert flag in install, f"{flag} missing from the final stage's pip install"
+    assert "--no-compile" not in install, (
+        "the root filesystem is read-only: without .pyc every start compiles again "
+        "(kubernetes alone: seconds of CPU, ~80 MiB of peak memory)"
+    )
+    links = next(a.split("=", 1)[1] for a in install if a.startswith("--find-links="))
+    requirements = [a for a in install if not a.startswith("-")]
+    assert requirements == ["kube-gpu-exporter"], "a distribution name, never a source tree"
+    mounts = re.findall(r"--mount=(\S+)", " ".join(final.all("RUN")))
+    assert f"type=bind,from=builder,source=/wheels,target={links}" in mounts
+    assert not any(a.split()[0].startswith("--from=") for a in final.all("COPY")), (
+        "wheels are bind-mounted, not copied (a COPY stays in the image as a layer)"
+    )
+
+
+def test_the_final_stage_has_no_compiler_and_no_source(final: Stage) -> None:
+    for run in final.all("RUN"):
+        for cmd in _commands(run):
+            if cmd[:1] in (["apt-get"], ["apt"]) and "install" in cmd:
+                assert not set(cmd) & set(COMPILERS), f"a compiler in the final stage: {cmd}"
+    for copy in final.all("COPY") + final.all("ADD"):
+        assert not re.search(r"(^|\s)(\.|exporter|rules|grafana|pyproject\.toml)(\s|$)", copy)
+
+
+def test_the_final_stage_trims_with_the_measured_code(final: Stage) -> None:
+    runs = " ".join(final.all("RUN"))
+    assert "source=bench/image_footprint.py,target=/tmp/image_footprint.py" in runs
+    assert "python /tmp/image_footprint.py trim" in runs
+
+
+def test_entrypoint_port_and_environment(final: Stage) -> None:
+    assert _exec_form(final.all("ENTRYPOINT")[-1]) == ["kube-gpu-exporter"]
+    assert _exec_form(final.all("CMD")[-1]) == ["serve"]
+    assert final.all("EXPOSE") == [str(DEFAULT_PORT)]
+    env = " ".join(final.all("ENV"))
+    for setting in ("PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"):
+        assert setting in env
+    assert final.all("USER")[-1] in ("0", "0:0", "root"), "root: the pod-resources socket"
+
+
+def test_oci_labels(final: Stage) -> None:
+    labels = " ".join(final.all("LABEL"))
+    for key in ("title", "description", "version", "source", "licenses"):
+        assert f"org.opencontainers.image.{key}=" in labels
+    args = dict(a.partition("=")[::2] for a in final.all("ARG"))
+    assert args.get("VERSION") == __version__, "the image's version label is the package's"
+    for used in re.findall(r"\$\{(\w+)\}", labels):
+        assert used in args, f"${{{used}}} is empty in the final stage: declare ARG {used} there"
+
+
+def test_the_build_context_keeps_what_the_build_reads() -> None:
+    ignored = (REPO / ".dockerignore").read_text(encoding="utf-8").split()
+    for needed in ("pyproject.toml", "README.md", "exporter", "rules", "grafana", "bench"):
+        assert needed not in ignored
+    for heavy in (".venv", ".git", "bench/results", "**/__pycache__"):
+        assert heavy in ignored
+
+
+# --- the trim -----------------------------------------------------------------------------------
+
+
+def test_trim_zips_kubernetes_and_it_still_imports(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    package = site / "kubernetes"
+    (package / "aio").mkdir(parents=True)
+    (package / "config").mkdir()
+    (package / "__init__.py").write_text("from . import config\n")
+    (package / "config" / "__init__.py").write_text(
+        "LOADED = True\n\n\ndef fail():\n    raise ValueError('from the zip')  # this line\n"
+    )
+    (package / "config" / "kube_config_test.py").write_text("raise AssertionError\n")
+    (package / "aio" / "__init__.py").write_text("")
+    (site / "other" / "tests").mkdir(parents=True)
+
+    steps = footprint.trim_site(site)
+
+    assert not package.exists() and not (site / "other" / "tests").exists(), steps
+    names = zipfile.ZipFile(site / "kubernetes.zip").namelist()
+    assert {"kubernetes/config/__init__.py", "kubernetes/config/__init__.pyc"} <= set(names)
+    assert not any("aio" in n or n.endswith("_test.py") or "__pycache__" in n for n in names)
+    # Loaded from the compiled module, and a traceback still shows the source line.
+    code = (
+        "import site, sys, traceback; site.addsitedir(sys.argv[1]); import kubernetes\n"
+        "print(kubernetes.config.__file__)\n"
+        "try:\n    kubernetes.config.fail()\n"
+        "except ValueError:\n    traceback.print_exc(file=sys.stdout)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", code, str(site)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    first, *trace = proc.stdout.splitlines()
+    assert first.endswith("kubernetes.zip/kubernetes/config/__init__.pyc"), first
+    assert any("# this line" in line for line in trace), proc.stdout
+
+
+# --- the wheel ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """The wheel, built by `pip wheel --no-deps` from a copy of what the builder copies."""
+    path = footprint.build_wheel(tmp_path_factory.mktemp("wheel"))
+    return zipfile.ZipFile(path)
+
+
+def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
+    (path,) = [n for n in wheel.namelist() if re.fullmatch(rf"[^/]+\.dist-info/{name}", n)]
+    return wheel.read(path).decode()
+
+
+def test_the_wheel_holds_what_the_image_runs(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for needed in (
+        "kube_gpu_exporter/exporter/cli.py",
+        "kube_gpu_exporter/exporter/kubelet/v1/api_pb2.py",
+        "kube_gpu_exporter/exporter/kubelet/v1/api_pb2_grpc.py",
+        # `serve --simulate` in the image
+        "kube_gpu_exporter/exporter/simulated/scenarios/demo.yaml",
+        "kube_gpu_exporter/exporter/generate/command.py",
+        "kube_gpu_exporter/grafana/dashboards/__init__.py",  # `generate` builds the dashboards
+    ):
+        assert needed in names, needed
+    assert all(n.startswith("kube_gpu_exporter") for n in names), "one top-level package"
+
+
+def test_the_wheel_holds_every_file_of_the_source_folders(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    missing = []
+    for folder, package in SOURCE_DIRS.items():
+        for path in sorted((REPO / folder).rglob("*")):
+            relative = path.relative_to(REPO).as_posix()
+            if path.is_dir() or "__pycache__" in path.parts or relative in NOT_SHIPPED:
+                continue
+            if f"{package}/{path.relative_to(REPO / folder).as_posix()}" not in names:
+                missing.append(relative)
+    assert not missing, (
+        f"not in the wheel: {missing}; add the package to [tool.setuptools] packages "
+        "or the file to package-data in pyproject.toml"
+    )
+
+
+def test_the_console_script(wheel: zipfile.ZipFile) -> None:
+    entry_points = _dist_info(wheel, "entry_points.txt")
+    section = entry_points.split("[console_scripts]", 1)[1].split("[", 1)[0]
+    scripts = dict(
+        (k.strip(), v.strip()) for k, _, v in (line.partition("=") for line in section.splitlines())
+    )
+    assert scripts.get("kube-gpu-exporter") == "kube_gpu_exporter.exporter.cli:main"
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_the_wheel_requires_the_runtime_dependencies_and_no_test_extra(
+    wheel: zipfile.ZipFile,
+) -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    metadata = _dist_info(wheel, "METADATA")
+    requires = [
+        line.split(":", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+    ]
+    runtime = {_name(r) for r in requires if "extra ==" not in r}
+    extra_test = {_name(r) for r in requires if re.search(r"extra\s*==\s*['\"]test['\"]", r)}
+    assert runtime == {_name(d) for d in project["dependencies"]}
+    assert extra_test == {_name(d) for d in project["optional-dependencies"]["test"]}
+    assert "grpcio-tools" not in runtime and "pytest" not in runtime

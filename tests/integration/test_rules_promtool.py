@@ -1,0 +1,125 @@
+"""The generated rules checked by Debian's promtool: the committed deploy/ and the output of
+other configurations (multi-cluster, regex selector, no `for`, odd thresholds)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube_gpu_exporter.exporter.generate.command import main as generate
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="Debian's promtool is not installed (make test installs it)",
+)
+
+MULTI_CLUSTER = """
+selectors: {exporter: 'job=~"gpu-exporter|kube-gpu-exporter", env="prod"'}
+labels: {node: node, cluster: cluster}
+cost: {gpu_hour: 3.1, currency: CHF}
+alerts:
+  GPUAllocatedIdle: {threshold: 0.25, for: 1h30m}
+  GPUMemoryNearFull: {threshold: 0.5, for: 0m, severity: critical}
+  GPUTemperatureHigh: {threshold: 90.5, for: 90s}
+  GPUXidErrors: {window: 1h, for: 5m, xids: [79]}
+  GPUXidApplicationErrors: {window: 2m, for: 5m}
+  GPUEccUncorrectable: {window: 3m, for: 2m}
+  GPUMemoryLeaked: {threshold: 0}
+  KubeGpuExporterStale: {threshold: 45s, for: 0m}
+  GPUDriverVersionMismatch: {for: 0m}
+  GPULost: {enabled: false}
+"""
+NO_FOR = """
+alerts:
+  GPUAllocatedIdle: {for: 0m, threshold: 0.33}
+  GPUThermalThrottling: {for: 0m}
+  GPUHardwareSlowdown: {for: 0s}
+  GPUPowerBrake: {for: 0s}
+  GPULost: {for: 0m}
+  GPUNotAdvertised: {for: 0m}
+  GPUPartiallyAdvertised: {for: 0m}
+  KubeGpuExporterDown: {for: 0m}
+  KubeGpuExporterAbsent: {for: 0m}
+  KubeGpuExporterNvmlDown: {for: 0m}
+  KubeGpuExporterPodResourcesDown: {for: 0m}
+  GPUMemoryLeaked: {for: 0m, threshold: 3GiB}
+  KubeGpuExporterStale: {threshold: 1h, for: 10m}
+"""
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_promtool_checks_the_committed_rules():
+    result = promtool("check", "rules", "rules.yaml", cwd=DEPLOY)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_tests_pass_on_the_committed_rules():
+    result = promtool("test", "rules", "rules-test.yaml", cwd=DEPLOY)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_rejects_rules_that_miss_their_tests(tmp_path: Path):
+    """The tests have teeth: loosen one threshold and promtool fails."""
+    shutil.copy(DEPLOY / "rules-test.yaml", tmp_path)
+    rules = (DEPLOY / "rules.yaml").read_text()
+    assert "> 0.95" in rules
+    (tmp_path / "rules.yaml").write_text(rules.replace("> 0.95", "> 0.99"))
+    result = promtool("test", "rules", "rules-test.yaml", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "GPUMemoryNearFull" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("config", [MULTI_CLUSTER, NO_FOR], ids=["multi-cluster", "no-for"])
+def test_promtool_on_other_configurations(tmp_path: Path, config: str):
+    (tmp_path / "thresholds.yaml").write_text(config)
+    out = tmp_path / "deploy"
+    args = ["--config", str(tmp_path / "thresholds.yaml"), "--out", str(out)]
+    assert generate([*args, "--runbooks", str(tmp_path / "runbooks.md")]) == 0
+    check = promtool("check", "rules", "rules.yaml", cwd=out)
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = promtool("test", "rules", "rules-test.yaml", cwd=out)
+    assert test.returncode == 0, test.stdout + test.stderr
+
+
+def _alert_names(rules: dict[str, Any]) -> set[str]:
+    return {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+
+
+def test_every_alert_is_tested_firing_and_not_firing():
+    rules = yaml.safe_load((DEPLOY / "rules.yaml").read_text())
+    tests = yaml.safe_load((DEPLOY / "rules-test.yaml").read_text())
+    assert tests["rule_files"] == ["rules.yaml"]
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for group in tests["tests"]:
+        assert group["interval"] == "1m", "promtool 2.42 loads every sample at t=0 without it"
+        assert not set(group) & {"labels", "query_offset"}, "not parsed by promtool 2.42"
+        for check in group.get("alert_rule_test", []):
+            (firing if check["exp_alerts"] else silent).add(check["alertname"])
+    alerts = _alert_names(rules)
+    assert firing == alerts
+    assert silent == alerts
+
+
+def test_recording_rules_are_tested():
+    tests = yaml.safe_load((DEPLOY / "rules-test.yaml").read_text())
+    exprs = {t["expr"] for g in tests["tests"] for t in g.get("promql_expr_test", [])}
+    assert {
+        "namespace:nvidia_gpu_allocated_gpus:sum",
+        "namespace:nvidia_gpu_idle_gpus:sum",
+        "namespace:nvidia_gpu_idle_gpu_hours:sum1h",
+        "cluster:nvidia_gpu_idle_cost:sum1h",
+    } <= exprs
