@@ -43,6 +43,7 @@ lint: $(STAMP)
 	@mkdir -p $(TYPECHECK)
 	@for pkg in $(PACKAGES); do ln -sfn ../../../$$pkg $(TYPECHECK)/$$pkg; done
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 test: $(STAMP) system-deps lint
 	$(VENV)/bin/kube-gpu-exporter generate --check

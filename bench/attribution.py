@@ -22,14 +22,9 @@ from errors import BenchError
 from node import MIG_PROFILE, SHARED_FIRST_PID, SHARED_REPLICAS
 from procs import rss_bytes
 
-from kube_gpu_exporter.exporter.attribution.attribute import (
-    AttributionSample,
-    Holder,
-    NoPodDirectory,
-    PodDirectory,
-    attribute,
-)
+from kube_gpu_exporter.exporter.attribution.attribute import NoPodDirectory, PodDirectory, attribute
 from kube_gpu_exporter.exporter.attribution.source import AttributionSource, DirectorySource
+from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS
 from kube_gpu_exporter.exporter.kubelet.client import (
     Listing,
     PodResourcesWatcher,
@@ -37,12 +32,11 @@ from kube_gpu_exporter.exporter.kubelet.client import (
     parse_allocatable,
     parse_allocations,
 )
-from kube_gpu_exporter.exporter.kubelet.defaults import DEFAULT_RESOURCE_PATTERNS
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
 from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 from kube_gpu_exporter.exporter.simulated.scenario import NodeState
-from kube_gpu_exporter.exporter.snapshot import DeviceSample, NodeSample
+from kube_gpu_exporter.exporter.snapshot import AttributionSample, DeviceSample, Holder, NodeSample
 from kubelet_server import container, devices, pod
 
 NAMESPACE = "bench"

@@ -1,4 +1,8 @@
-"""Immutable results of one collection cycle.
+"""Immutable results of one collection cycle: every per-cycle type, in data-flow order.
+
+NVML (or the simulated backend) yields a `NodeSample` of `DeviceSample`s; attribution adds an
+`AttributionSample` (who holds which device, and what each holder uses); the collection loop
+wraps both with its own state into a `Snapshot`.
 
 A snapshot is built once per cycle and never changed, so rendering it is a pure function and a
 scrape can serve it while the next cycle is being collected.
@@ -8,10 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kube_gpu_exporter.exporter.attribution.attribute import AttributionSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,49 @@ class NodeSample:
     driver_version: str = ""
     devices: tuple[DeviceSample, ...] = ()
     errors: Mapping[str, int] = field(default_factory=dict)  # error kind → count this cycle
+
+
+# --- attribution: which container holds which device ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Holder:
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSample:
+    device: DeviceIdentity
+    holder: Holder
+    resource: str
+    sharing: str  # "exclusive" or "shared"
+    labels: Mapping[str, str] = field(default_factory=dict)  # owner and allowlisted pod labels
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    device: DeviceIdentity
+    holder: Holder
+    utilization: float | None
+    memory_used_bytes: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    driver_gpus: int
+    advertised: Mapping[str, int] | None  # None while the kubelet cannot be asked
+    allocated: Mapping[str, int] | None
+    free_gpus: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionSample:
+    allocations: tuple[AllocationSample, ...]
+    usage: tuple[PodUsage, ...]
+    capacity: Capacity
+    unmapped: Mapping[str, int]  # resource → device ids that name no NVML device
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,52 +16,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.attribution.device_ids import DeviceResolver, parse_device_id
-from kube_gpu_exporter.exporter.snapshot import DeviceIdentity, DeviceSample
+from kube_gpu_exporter.exporter.snapshot import (
+    AllocationSample,
+    AttributionSample,
+    Capacity,
+    DeviceIdentity,
+    DeviceSample,
+    Holder,
+    PodUsage,
+)
 
 if TYPE_CHECKING:
     from kube_gpu_exporter.exporter.kubelet.client import Listing
-
-NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Holder:
-    namespace: str
-    pod: str
-    container: str
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationSample:
-    device: DeviceIdentity
-    holder: Holder
-    resource: str
-    sharing: str  # "exclusive" or "shared"
-    labels: Mapping[str, str] = field(default_factory=dict)  # owner and allowlisted pod labels
-
-
-@dataclass(frozen=True, slots=True)
-class PodUsage:
-    device: DeviceIdentity
-    holder: Holder
-    utilization: float | None
-    memory_used_bytes: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    driver_gpus: int
-    advertised: Mapping[str, int] | None  # None while the kubelet cannot be asked
-    allocated: Mapping[str, int] | None
-    free_gpus: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class AttributionSample:
-    allocations: tuple[AllocationSample, ...]
-    usage: tuple[PodUsage, ...]
-    capacity: Capacity
-    unmapped: Mapping[str, int]  # resource → device ids that name no NVML device
 
 
 class PodDirectory(Protocol):
@@ -121,7 +87,7 @@ def attribute(
             renamed = alloc.resource.endswith(".shared")
             claims.append((holder, alloc.resource, ref.base, ref.replica is not None or renamed))
     for dra in listing.dra:
-        if dra.driver == NVIDIA_DRA_DRIVER:
+        if dra.driver == c.NVIDIA_DRA_DRIVER:
             # A DRA device is named by pool and device; its ResourceSlice gives the uuid.
             holder = Holder(dra.namespace, dra.pod, dra.container)
             uuid = directory.dra_device_uuid(dra.pool, dra.device)

@@ -12,11 +12,12 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kube_gpu_exporter.exporter.attribution.attribute import Holder, PodDirectory
+from kube_gpu_exporter.exporter.attribution.attribute import PodDirectory
 from kube_gpu_exporter.exporter.attribution.source import DirectorySource
 from kube_gpu_exporter.exporter.kubernetes.cgroups import container_of
 from kube_gpu_exporter.exporter.kubernetes.pods import PodIndex, PodWatcher
 from kube_gpu_exporter.exporter.kubernetes.resource_slices import ResourceSliceWatcher
+from kube_gpu_exporter.exporter.snapshot import Holder
 
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kube_gpu_exporter.exporter.attribution.attribute import (
-    AttributionSample,
-    NoPodDirectory,
-    PodDirectory,
-    attribute,
-)
-from kube_gpu_exporter.exporter.kubelet.client import ERROR_KINDS, PodResourcesWatcher
-from kube_gpu_exporter.exporter.snapshot import DeviceSample
+from kube_gpu_exporter.exporter.attribution.attribute import NoPodDirectory, PodDirectory, attribute
+from kube_gpu_exporter.exporter.catalog.errors import POD_RESOURCES_ERROR_KINDS
+from kube_gpu_exporter.exporter.kubelet.client import PodResourcesWatcher
+from kube_gpu_exporter.exporter.snapshot import AttributionSample, DeviceSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +49,7 @@ class AttributionSource:
 
     def attribute(self, devices: tuple[DeviceSample, ...]) -> AttributionState:
         watcher = self._pod_resources
-        errors = {f"pod_resources_{kind}": 0 for kind in ERROR_KINDS}
+        errors = {f"pod_resources_{kind}": 0 for kind in POD_RESOURCES_ERROR_KINDS}
         errors.update({f"pod_resources_{k}": n for k, n in watcher.errors_total.items()})
         errors.update({f"kubernetes_{k}": n for k, n in self._pods.errors_total.items()})
         return AttributionState(

@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from prometheus_client import Metric as Family
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.exporter.attribution.attribute import AttributionSample, Holder
 from kube_gpu_exporter.exporter.exposition.families import add, device_labels, family
-from kube_gpu_exporter.exporter.snapshot import DeviceIdentity
+from kube_gpu_exporter.exporter.snapshot import AttributionSample, DeviceIdentity, Holder
 
 
 def _labels(device: DeviceIdentity, holder: Holder) -> dict[str, str]:

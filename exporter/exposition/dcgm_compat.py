@@ -31,8 +31,13 @@ from dataclasses import dataclass
 from prometheus_client import Metric as Family
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.exporter.attribution.attribute import AttributionSample, Holder
-from kube_gpu_exporter.exporter.snapshot import DeviceIdentity, DeviceSample, Snapshot
+from kube_gpu_exporter.exporter.snapshot import (
+    AttributionSample,
+    DeviceIdentity,
+    DeviceSample,
+    Holder,
+    Snapshot,
+)
 
 MIB = float(1 << 20)
 

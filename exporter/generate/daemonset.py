@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter.kubelet.defaults import DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.kubelet import DEFAULT_SOCKET
 from kube_gpu_exporter.rules.config import Config
 
 NAME = "kube-gpu-exporter"  # every object's name; the Service's is Prometheus' job

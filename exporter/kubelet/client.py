@@ -22,30 +22,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from types import MappingProxyType
-from typing import Final, Literal, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
+from kube_gpu_exporter.exporter.catalog.errors import (
+    POD_RESOURCES_ERROR_KINDS,
+    PodResourcesErrorKind,
+)
+from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
 
 log = logging.getLogger(__name__)
-
-from kube_gpu_exporter.exporter.kubelet.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET  # noqa: E402  (re-exported)
 
 # gRPC's default receive limit (4 MiB) broke dcgm-exporter on a 4.7 MB answer (its #509);
 # Kubernetes' own e2e client uses 16 MiB.
 MAX_RECEIVE_MESSAGE_LENGTH: Final = 16 << 20
 
-ErrorKind = Literal["unavailable", "timeout", "too_large", "rate_limited", "other"]
-ERROR_KINDS: Final[tuple[ErrorKind, ...]] = (
-    "unavailable",
-    "timeout",
-    "too_large",
-    "rate_limited",
-    "other",
-)
 
 _Request = TypeVar("_Request", bound=Message)
 _Response = TypeVar("_Response", bound=Message)
@@ -88,18 +83,18 @@ class Listing:
 
 
 class PodResourcesError(Exception):
-    """A failed conversation with the kubelet; `kind` is one of ERROR_KINDS."""
+    """A failed conversation with the kubelet; `kind` is one of POD_RESOURCES_ERROR_KINDS."""
 
-    def __init__(self, kind: ErrorKind, message: str) -> None:
+    def __init__(self, kind: PodResourcesErrorKind, message: str) -> None:
         super().__init__(message)
-        self.kind: ErrorKind = kind
+        self.kind: PodResourcesErrorKind = kind
         self.message = message
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
 
 
-def classify(code: grpc.StatusCode, details: str) -> ErrorKind:
+def classify(code: grpc.StatusCode, details: str) -> PodResourcesErrorKind:
     """Map a gRPC status to the error kind we count.
 
     RESOURCE_EXHAUSTED means two different things: the kubelet's rate limiter ("rejected by
@@ -323,8 +318,8 @@ class PodResourcesWatcher:
         self._listing: Listing | None = None
         self.up = False
         self.last_success = 0.0
-        self.errors_total: Counter[str] = Counter({kind: 0 for kind in ERROR_KINDS})
-        self._failing: ErrorKind | None = None
+        self.errors_total: Counter[str] = Counter({kind: 0 for kind in POD_RESOURCES_ERROR_KINDS})
+        self._failing: PodResourcesErrorKind | None = None
         self._failures = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -366,7 +361,7 @@ class PodResourcesWatcher:
         self._failures = 0
         return True
 
-    def _failed(self, kind: ErrorKind, reason: str, traceback: bool) -> None:
+    def _failed(self, kind: PodResourcesErrorKind, reason: str, traceback: bool) -> None:
         self.up = False
         self.errors_total[kind] += 1
         self._failures += 1

@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
+
 log = logging.getLogger(__name__)
 
 BACKOFF_INITIAL_SECONDS = 0.5
@@ -40,7 +42,6 @@ NOT_SERVED_RECHECK_SECONDS = 600.0  # a cluster upgrade may start serving the re
 WATCH_SECONDS = 300  # client-go's reflector uses 5–10 min; the API server closes it after this
 STOP_WAIT_SECONDS = 2.0
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # an object is at most ~1.5 MiB (etcd's request limit)
-ERROR_KINDS = ("gone", "server_error", "timeout", "connection", "other")
 
 T = TypeVar("T")
 # An object → (key, value); value None removes the key (e.g. a pod that ended); None ignores it.
@@ -89,7 +90,7 @@ class ListWatch(Generic[T]):
         self._lock = threading.Lock()
         self._up = False
         self._served = True
-        self._errors = dict.fromkeys(ERROR_KINDS, 0)
+        self._errors = dict.fromkeys(KUBERNETES_ERROR_KINDS, 0)
         self._response: Any = None
         self._backoff = BACKOFF_INITIAL_SECONDS
         self._events = 0  # watch events applied, to tell a repeated 410 from progress

@@ -16,7 +16,6 @@ from typing import Any
 
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
-    ERROR_KINDS,
     STOP_WAIT_SECONDS,
     WATCH_SECONDS,
     ListWatch,
@@ -24,7 +23,6 @@ from kube_gpu_exporter.exporter.kubernetes.list_watch import (
 )
 
 __all__ = [
-    "ERROR_KINDS",
     "STOP_WAIT_SECONDS",
     "KubernetesConfigError",
     "PodIndex",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from kube_gpu_exporter.exporter.attribution.attribute import NVIDIA_DRA_DRIVER
+from kube_gpu_exporter.exporter.catalog import NVIDIA_DRA_DRIVER
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     WATCH_SECONDS,

@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
-from kube_gpu_exporter.exporter.catalog import ERROR_KINDS
+from kube_gpu_exporter.exporter.catalog.errors import COLLECTION_ERROR_KINDS
 from kube_gpu_exporter.exporter.exposition.render import Rendered, render
 from kube_gpu_exporter.exporter.snapshot import ExporterState, NodeSample, Snapshot
 
@@ -47,7 +47,7 @@ class CollectionLoop:
         self._attribution = attribution
         self._dcgm_compat = dcgm_compat  # also render dcgm-exporter's names (a migration aid)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector")
-        self._errors: Counter[str] = Counter({kind: 0 for kind in ERROR_KINDS})
+        self._errors: Counter[str] = Counter({kind: 0 for kind in COLLECTION_ERROR_KINDS})
         self._collections = 0
         self._last_success = 0.0
         self.latest: Rendered | None = None

@@ -21,12 +21,6 @@ import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.exporter.attribution.attribute import (
-    AllocationSample,
-    AttributionSample,
-    Capacity,
-    Holder,
-)
 from kube_gpu_exporter.exporter.cli import build_parser
 from kube_gpu_exporter.exporter.exposition import dcgm_compat
 from kube_gpu_exporter.exporter.exposition.dcgm_compat import DcgmCompat
@@ -35,9 +29,13 @@ from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.exporter.snapshot import (
+    AllocationSample,
+    AttributionSample,
+    Capacity,
     DeviceIdentity,
     DeviceSample,
     ExporterState,
+    Holder,
     NodeSample,
     Snapshot,
 )

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kube_api_server import NODE, KubeApiServer, make_pod, write_kubeconfig
+from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubernetes.pods import (
-    ERROR_KINDS,
     STOP_WAIT_SECONDS,
     KubernetesConfigError,
     PodIndex,
@@ -261,7 +261,7 @@ def test_initial_list_selects_this_nodes_active_pods(
     assert first.params["fieldSelector"] == f"spec.nodeName={NODE}"
     assert first.params["resourceVersion"] == "0"  # served from the API server's cache
     wait_until(lambda: api.open_watches == 1, WAIT, "the watch")
-    assert no_errors(watcher) and set(watcher.errors_total) == set(ERROR_KINDS)
+    assert no_errors(watcher) and set(watcher.errors_total) == set(KUBERNETES_ERROR_KINDS)
 
 
 def test_watch_adds_modifies_and_deletes(api: KubeApiServer, start_watcher: WatcherFactory) -> None:

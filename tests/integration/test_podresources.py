@@ -19,9 +19,9 @@ from typing import TypeVar
 import grpc
 import pytest
 
+from kube_gpu_exporter.exporter.catalog.errors import POD_RESOURCES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubelet import generate
 from kube_gpu_exporter.exporter.kubelet.client import (
-    ERROR_KINDS,
     ContainerAllocation,
     DraAllocation,
     Listing,
@@ -401,7 +401,7 @@ async def test_watcher_waits_for_the_kubelet_then_recovers(
     assert not watcher.up
     assert watcher.latest is None
     assert watcher.last_success == 0.0
-    assert set(watcher.errors_total) >= set(ERROR_KINDS)
+    assert set(watcher.errors_total) >= set(POD_RESOURCES_ERROR_KINDS)
 
     kubelet.pods = [pod("ml", "p", container("c", devices("nvidia.com/gpu", "GPU-a")))]
     before = time.time()

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from kube_gpu_exporter.exporter.attribution.attribute import AttributionSample, Holder, attribute
+from kube_gpu_exporter.exporter.attribution.attribute import attribute
 from kube_gpu_exporter.exporter.kubelet.client import (
     ContainerAllocation,
     DraAllocation,
@@ -14,6 +14,7 @@ from kube_gpu_exporter.exporter.kubelet.client import (
 )
 from kube_gpu_exporter.exporter.simulated.sampler import node_sample
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
+from kube_gpu_exporter.exporter.snapshot import AttributionSample, Holder
 
 GIB = 1 << 30
 NODE = node_sample(

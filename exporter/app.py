@@ -1,0 +1,154 @@
+"""Building and starting the exporter's parts from the parsed `serve` flags.
+
+The data flow, as built here: a sampler (NVML or a simulated scenario) and, when attributing,
+the kubelet's pod-resources watcher and the optional Kubernetes watches feed the collection
+loop, which renders snapshots that the HTTP server serves. Heavy parts (gRPC, the Kubernetes
+client, pydantic) are imported only when the flags turn them on, so a plain GPU node loads
+none of them. Bad input met while starting (a web config, a scenario, a port in use) ends in
+one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from kube_gpu_exporter.exporter import logs
+from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
+from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, build_app
+from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config, web_middlewares
+
+if TYPE_CHECKING:
+    from kube_gpu_exporter.exporter.attribution.directory import KubeDirectory
+    from kube_gpu_exporter.exporter.kubelet.client import PodResourcesClient, PodResourcesWatcher
+
+log = logging.getLogger(__name__)
+
+EXIT_USAGE = 2
+GIL_SWITCH_SECONDS = 0.001
+
+
+def _sampler(args: argparse.Namespace) -> Sampler:
+    if args.simulate:
+        # Imported here: scenario validation (pydantic) is not needed on a GPU node.
+        from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler
+        from kube_gpu_exporter.exporter.simulated.scenario import Scenario
+
+        return SimulatedSampler(Scenario.load(args.simulate))
+    from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
+
+    return NvmlSampler()
+
+
+def _pod_resources(
+    args: argparse.Namespace,
+) -> tuple[PodResourcesClient, PodResourcesWatcher] | None:
+    """The kubelet client and its watcher; gRPC is loaded only when attribution is on."""
+    socket = args.pod_resources_socket
+    if socket is None:
+        socket = "" if args.simulate else DEFAULT_SOCKET
+    if not socket:
+        return None
+    from kube_gpu_exporter.exporter.kubelet.client import PodResourcesClient, PodResourcesWatcher
+
+    client = PodResourcesClient(
+        os.path.abspath(socket),
+        timeout=args.kubelet_timeout,
+        resource_patterns=tuple(args.resource_names or DEFAULT_RESOURCE_PATTERNS),
+    )
+    return client, PodResourcesWatcher(client, args.kubelet_interval)
+
+
+def _kube_directory(args: argparse.Namespace) -> KubeDirectory | None:
+    """The pod and ResourceSlice watches (`kubernetes` is imported only when enabled)."""
+    if not args.kubernetes:
+        return None
+    from kube_gpu_exporter.exporter.attribution.directory import KubeDirectory
+    from kube_gpu_exporter.exporter.kubernetes.pods import PodWatcher
+    from kube_gpu_exporter.exporter.kubernetes.resource_slices import ResourceSliceWatcher
+
+    labels = [key.strip() for key in args.pod_labels.split(",") if key.strip()]
+    pods = PodWatcher(args.node_name, args.kubeconfig)
+    slices = ResourceSliceWatcher(args.node_name, args.kubeconfig)
+    return KubeDirectory(pods, Path(args.procfs), labels, slices)
+
+
+async def _serve(
+    args: argparse.Namespace,
+    web_config: WebConfig,
+    sampler: Sampler,
+    directory: KubeDirectory | None,
+) -> None:
+    pod_resources = _pod_resources(args)
+    attribution = None
+    if pod_resources is not None:
+        from kube_gpu_exporter.exporter.attribution.source import AttributionSource
+
+        attribution = AttributionSource(pod_resources[1], directory)
+    dcgm_compat = None
+    if args.dcgm_compat:
+        from kube_gpu_exporter.exporter.exposition.dcgm_compat import DcgmCompat
+
+        dcgm_compat = DcgmCompat(hostname=args.node_name or None)  # None: the host name
+    collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat)
+    middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
+    app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    host, port = args.listen
+    site = web.TCPSite(runner, host or None, port, ssl_context=web_config.ssl_context)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        sampler.close()
+        shown = f"{host}:{port}" if host else f":{port}"
+        raise InputError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if pod_resources is not None:
+        pod_resources[1].start()
+    if directory is not None and attribution is not None:
+        directory.start()
+    collection.start()
+    scheme = "https" if web_config.ssl_context else "http"
+    log.info("serving on %s://%s:%d%s", scheme, host or "0.0.0.0", port, args.telemetry_path)
+    await stop.wait()
+    log.info("shutting down")
+    await runner.cleanup()
+    await collection.stop()
+    if pod_resources is not None:
+        client, watcher = pod_resources
+        await watcher.stop()
+        await client.close()
+    if directory is not None:
+        await asyncio.get_running_loop().run_in_executor(None, directory.stop)
+
+
+def serve(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    # Rendering runs on the collector thread; a short GIL switch interval lets the event loop
+    # answer scrapes within ~1 ms of their arrival even while a render is under way.
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    try:
+        web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
+        directory = _kube_directory(args)
+        sampler = _sampler(args)
+        asyncio.run(_serve(args, web_config, sampler, directory))
+    except InputError as exc:
+        print(f"kube-gpu-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0

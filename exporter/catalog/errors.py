@@ -1,0 +1,44 @@
+"""Every `kind` of kube_gpu_exporter_collection_errors_total, listed once.
+
+Kinds are pre-created at 0 so that `rate()` and `increase()` work from the first scrape, and
+the troubleshooting guide and alerts name them, so each source's list lives here rather than
+beside the code that counts it. The NVML codes are nvml.h's `nvmlReturn_t` values (a unit
+test holds them equal to pynvml's constants); the catalog itself never loads NVML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final, Literal, get_args
+
+# NVML return code → kind; any other code of a failed reading counts as "other".
+NVML_ERROR_KINDS: Final[Mapping[int, str]] = MappingProxyType(
+    {
+        15: "gpu_is_lost",  # NVML_ERROR_GPU_IS_LOST
+        999: "unknown",  # NVML_ERROR_UNKNOWN
+        10: "timeout",  # NVML_ERROR_TIMEOUT
+        4: "no_permission",  # NVML_ERROR_NO_PERMISSION
+        16: "reset_required",  # NVML_ERROR_RESET_REQUIRED
+    }
+)
+
+# The collection loop's own kinds: NVML could not start ("init"), a reading failed (by NVML
+# code), or a cycle raised ("other").
+COLLECTION_ERROR_KINDS: Final[tuple[str, ...]] = ("init", *NVML_ERROR_KINDS.values(), "other")
+
+# A failed call to the kubelet's pod-resources API, counted as `pod_resources_<kind>`.
+PodResourcesErrorKind = Literal["unavailable", "timeout", "too_large", "rate_limited", "other"]
+POD_RESOURCES_ERROR_KINDS: Final[tuple[PodResourcesErrorKind, ...]] = get_args(
+    PodResourcesErrorKind
+)
+
+# A failed list or watch of the API server, counted as `kubernetes_<kind>` (pods) and
+# `kubernetes_resourceslices_<kind>` (ResourceSlices).
+KUBERNETES_ERROR_KINDS: Final[tuple[str, ...]] = (
+    "gone",
+    "server_error",
+    "timeout",
+    "connection",
+    "other",
+)

@@ -1,0 +1,74 @@
+"""The exporter's own health: is NVML answering, is the kubelet, how fresh is the data.
+
+These are what `KubeGpuExporter*` alerts and the troubleshooting guide read first: a device
+series that is absent means little until these say whether the exporter could look.
+"""
+
+from __future__ import annotations
+
+from kube_gpu_exporter.exporter.catalog.metric import Metric, MetricType, Scope
+
+G, C = MetricType.GAUGE, MetricType.COUNTER
+X = Scope.EXPORTER
+
+BUILD_INFO = Metric(
+    "kube_gpu_exporter_build_info", G, "", "Version of the exporter; always 1.", X, ("version",)
+)
+NVML_UP = Metric(
+    "kube_gpu_exporter_nvml_up", G, "", "1 if NVML is initialised and answering, 0 if not.", X
+)
+COLLECTION_DURATION = Metric(
+    "kube_gpu_exporter_collection_duration_seconds",
+    G,
+    "seconds",
+    "Wall time of the collection cycle that produced these metrics.",
+    X,
+)
+LAST_SUCCESS = Metric(
+    "kube_gpu_exporter_last_collection_success_timestamp_seconds",
+    G,
+    "seconds",
+    "Unix time of the last collection cycle in which NVML answered.",
+    X,
+)
+COLLECTIONS = Metric(
+    "kube_gpu_exporter_collections_total", C, "", "Collection cycles completed.", X
+)
+POD_RESOURCES_UP = Metric(
+    "kube_gpu_exporter_pod_resources_up",
+    G,
+    "",
+    "1 if the last call to the kubelet's pod-resources API succeeded, 0 if not.",
+    X,
+)
+POD_RESOURCES_LAST_SUCCESS = Metric(
+    "kube_gpu_exporter_pod_resources_last_success_timestamp_seconds",
+    G,
+    "seconds",
+    "Unix time of the last successful pod-resources List.",
+    X,
+)
+UNMAPPED_DEVICES = Metric(
+    "kube_gpu_exporter_unmapped_device_ids",
+    G,
+    "",
+    "Device ids the kubelet reports that match no NVML device, by resource name.",
+    X,
+    ("resource",),
+)
+KUBERNETES_API_UP = Metric(
+    "kube_gpu_exporter_kubernetes_api_up",
+    G,
+    "",
+    "1 if the watches of this node's pods and ResourceSlices are established, 0 if not "
+    "(absent when disabled).",
+    X,
+)
+COLLECTION_ERRORS = Metric(
+    "kube_gpu_exporter_collection_errors_total",
+    C,
+    "",
+    "Errors met while collecting, by kind (NVML error name, or init).",
+    X,
+    ("kind",),
+)
