@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kube_gpu_exporter.demo.stack import Ports, Stack, StackSpec
-    from kube_gpu_exporter.demo.thresholds import load_thresholds
     from kube_gpu_exporter.exporter.input_errors import InputError
+    from kube_gpu_exporter.rules.config import ConfigError, load_config
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kgx-demo-"))
     stop = threading.Event()
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = StackSpec(
             scenario=Path(args.scenario),
-            thresholds=load_thresholds(args.thresholds),
+            thresholds=load_config(args.thresholds),
             workdir=workdir,
             host=args.host,
             ports=Ports(args.port_exporter, args.port_prometheus, args.port_alertmanager),
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             failed = _watch(stack, stop)
         print("\nstopped the exporter, the kubelet, Prometheus and Alertmanager")
         return EXIT_FAILED if failed else 0
-    except InputError as exc:
+    except (InputError, ConfigError) as exc:
         print(f"kube-gpu-exporter demo: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:

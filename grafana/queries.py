@@ -14,7 +14,7 @@ from kube_gpu_exporter.rules.promql import (
     Query,
     agg,
 )
-from kube_gpu_exporter.rules.recording import names
+from kube_gpu_exporter.rules.record_names import names
 
 RATE = "$__rate_interval"
 WHOLE = 'parent_uuid=""'  # whole GPUs: a MIG-enabled GPU's memory covers its instances

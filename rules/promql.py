@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.settings.view import ConfigView
 
 # Metrics from kube-state-metrics that the dashboards read (where it is scraped). Named here so
 # the catalog test can tell them from typos: everything else must be in the exporter's catalog.
@@ -64,7 +64,7 @@ class Query:
     (`cluster="$cluster"`, `instance=~"$node"`) in panels.
     """
 
-    config: Config
+    config: ConfigView
     matchers: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
 

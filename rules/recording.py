@@ -18,36 +18,13 @@ MIG instances have no utilization in NVML, so a pod on a MIG instance is never c
 from __future__ import annotations
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.model import RecordingRule, RuleGroup
 from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
+from kube_gpu_exporter.rules.record_names import names
+from kube_gpu_exporter.rules.settings.view import ConfigView
 
 NS = "namespace"
-
-
-def names(q: Query) -> dict[str, str]:
-    """Recorded series' names by role; the dashboards read them from here too."""
-    alloc = f"{q.node_label}_uuid_namespace_pod"
-    return {
-        "node_utilization": f"{q.node_label}:nvidia_gpu_utilization_ratio:avg",
-        "cluster_utilization": "cluster:nvidia_gpu_utilization_ratio:avg",
-        "cluster_memory_used": "cluster:nvidia_gpu_memory_used_bytes:sum",
-        "cluster_memory_total": "cluster:nvidia_gpu_memory_total_bytes:sum",
-        "cluster_gpus": "cluster:nvidia_gpu_gpus:count",
-        "namespace_utilization": "namespace:nvidia_gpu_pod_utilization_ratio:avg",
-        "namespace_memory_used": "namespace:nvidia_gpu_pod_memory_used_bytes:sum",
-        "allocation_share": f"{alloc}:nvidia_gpu_allocated_gpus:share",
-        "allocation_utilization": f"{alloc}:nvidia_gpu_pod_utilization_ratio:sum_avg5m",
-        "allocation_idle": f"{alloc}:nvidia_gpu_idle_gpus:share",
-        "namespace_allocated": "namespace:nvidia_gpu_allocated_gpus:sum",
-        "namespace_idle": "namespace:nvidia_gpu_idle_gpus:sum",
-        "cluster_allocated": "cluster:nvidia_gpu_allocated_gpus:sum",
-        "cluster_idle": "cluster:nvidia_gpu_idle_gpus:sum",
-        "namespace_idle_hours": "namespace:nvidia_gpu_idle_gpu_hours:sum1h",
-        "cluster_idle_hours": "cluster:nvidia_gpu_idle_gpu_hours:sum1h",
-        "namespace_idle_cost": "namespace:nvidia_gpu_idle_cost:sum1h",
-        "cluster_idle_cost": "cluster:nvidia_gpu_idle_cost:sum1h",
-    }
 
 
 def utilization_group(q: Query) -> RuleGroup:
@@ -71,13 +48,13 @@ def utilization_group(q: Query) -> RuleGroup:
     return RuleGroup("kube-gpu-exporter.utilization.rules", rules)
 
 
-def allocation_group(cfg: Config, q: Query) -> RuleGroup:
+def allocation_group(cfg: ConfigView, q: Query) -> RuleGroup:
     n = names(q)
     holds = agg("max", q.allocation, q.sel(c.ALLOCATION_INFO))
     pods_per_device = agg(
         "count", q.device, agg("max", (*q.device, *("namespace", "pod")), q.sel(c.ALLOCATION_INFO))
     )
-    threshold = fmt_number(cfg.alerts.GPUAllocatedIdle.threshold)
+    threshold = fmt_number(GPU_ALLOCATED_IDLE.of(cfg).threshold)
     price = fmt_number(cfg.cost.gpu_hour)
     rules = (
         RecordingRule(
@@ -121,6 +98,6 @@ def allocation_group(cfg: Config, q: Query) -> RuleGroup:
     return RuleGroup("kube-gpu-exporter.allocation.rules", rules)
 
 
-def recording_groups(cfg: Config) -> tuple[RuleGroup, ...]:
+def recording_groups(cfg: ConfigView) -> tuple[RuleGroup, ...]:
     q = Query(cfg)
     return (utilization_group(q), allocation_group(cfg, q))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from prometheus_client import Metric as Family
 
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.catalog.xid import HARDWARE_XIDS, XID_NAMES
 from kube_gpu_exporter.exporter.snapshot import (
     AttributionSample,
     DeviceIdentity,
@@ -181,38 +182,11 @@ LABEL_NAMES: tuple[str, ...] = (
     "err_msg",
 )
 
-# When several Xid codes arrive within one collection cycle their order is not known (NVML
-# events are counted per code); the one reported as "last" is a hardware Xid if there is one
-# (the list the generated GPUXidErrors alert uses), else the highest code.
-HARDWARE_XIDS = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120})
-
-# `err_msg` for the common codes: the names in NVIDIA's Xid catalog. dcgm-exporter's own texts
-# may be worded differently: match alerts on `err_code`, show `err_msg`.
-XID_MESSAGES: Mapping[int, str] = {
-    13: "Graphics Engine Exception",
-    31: "GPU memory page fault",
-    32: "Invalid or corrupted push buffer stream",
-    43: "GPU stopped processing",
-    45: "Preemptive cleanup, due to previous errors",
-    48: "Double Bit ECC Error",
-    61: "Internal micro-controller breakpoint/warning",
-    62: "Internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    68: "NVDEC0 Exception",
-    69: "Graphics Engine class error",
-    74: "NVLINK Error",
-    79: "GPU has fallen off the bus",
-    92: "High single-bit ECC error rate",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    109: "Context Switch Timeout Error",
-    119: "GSP RPC Timeout",
-    120: "GSP Error",
-}
-
 
 def _xid_rank(xid: int) -> tuple[bool, int]:
+    """When several Xid codes arrive within one collection cycle their order is not known (NVML
+    events are counted per code): the one reported as "last" is a hardware Xid if there is one
+    (the catalog's hardware codes, GPUXidErrors' default list), else the highest code."""
     return xid in HARDWARE_XIDS, xid
 
 
@@ -269,8 +243,10 @@ class DcgmCompat:
             if entity.gpu is not None:
                 last = self._xids.update(entity.gpu.identity.uuid, entity.gpu.xid_counts)
                 labels = entity.labels | {"err_code": str(last)}
-                if last in XID_MESSAGES:
-                    labels["err_msg"] = XID_MESSAGES[last]
+                # NVIDIA's name for the code; dcgm-exporter's own texts may be worded
+                # differently: match alerts on `err_code`, show `err_msg`.
+                if last in XID_NAMES:
+                    labels["err_msg"] = XID_NAMES[last]
                 xid.add_sample(XID_NAME, labels, last)
         out.append(xid)
 

@@ -22,8 +22,9 @@ from kube_gpu_exporter.exporter.generate.daemonset import (
     daemonset_dict,
     daemonset_notes,
 )
-from kube_gpu_exporter.rules.config import Config, selector_labels
+from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.render import HEADER, dump_yaml
+from kube_gpu_exporter.rules.settings.values import selector_labels
 
 KUSTOMIZATION = "kustomization.yaml"
 PRIORITY_CLASS = "system-node-critical"

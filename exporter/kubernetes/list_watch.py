@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
+from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,14 @@ class ListWatch(Generic[T]):
                 items[parsed[0]] = parsed[1]
             self._publish(items)
         return str(new_version) if new_version else version
+
+
+def node_api_client(node_name: str, kubeconfig: str | None, objects: str) -> Any:
+    """The API client of a watch that selects one node's `objects` by `spec.nodeName`; an
+    empty node name would select every node's, so it is an operator error."""
+    if not node_name:
+        raise KubernetesConfigError(f"the node name is empty; {objects} cannot be selected")
+    return api_client(kubeconfig)
 
 
 class Watcher:

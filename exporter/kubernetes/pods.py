@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
+from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     STOP_WAIT_SECONDS,
     WATCH_SECONDS,
     ListWatch,
     Watcher,
+    node_api_client,
 )
 
 __all__ = [
@@ -167,9 +168,7 @@ class PodWatcher(Watcher):
         *,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
-        if not node_name:
-            raise KubernetesConfigError("the node name is empty; pods cannot be selected")
-        client = api_client(kubeconfig)
+        client = node_api_client(node_name, kubeconfig, "pods")
         self._index = EMPTY_INDEX
         core = _core_api(client)
         self._watch: ListWatch[PodInfo] = ListWatch(

@@ -21,12 +21,12 @@ from types import MappingProxyType
 from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import NVIDIA_DRA_DRIVER
-from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     WATCH_SECONDS,
     ListWatch,
     NotServed,
     Watcher,
+    node_api_client,
     status_code,
 )
 
@@ -106,11 +106,9 @@ class ResourceSliceWatcher(Watcher):
         driver: str = NVIDIA_DRA_DRIVER,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
-        if not node_name:
-            raise KubernetesConfigError("the node name is empty; ResourceSlices cannot be selected")
         import kubernetes
 
-        client = api_client(kubeconfig)
+        client = node_api_client(node_name, kubeconfig, "ResourceSlices")
         self._apis = [getattr(kubernetes.client, name)(client) for name in API_VERSIONS]
         self._version = 0
         self._driver = driver

@@ -1,34 +1,31 @@
 """Reading one device's values through NVML, with per-metric error isolation.
 
-Each reading is one small function from a handle to catalog values in base units. A reading
-that NVML answers NOT_SUPPORTED is remembered per device and not asked again; GPU_IS_LOST
-aborts the device (it is reported down); any other error drops that one reading this cycle.
+Each reading (a row of exporter/readings_table.py) is one small function here, from a handle
+to catalog values in base units. A reading that NVML answers NOT_SUPPORTED is remembered per
+device and not asked again; GPU_IS_LOST aborts the device (it is reported down); any other
+error drops that one reading this cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import pynvml
 
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter import readings_table as t
+from kube_gpu_exporter.exporter.catalog.errors import NVML_ERROR_KINDS
 from kube_gpu_exporter.exporter.snapshot import ProcessSample
 
 Values = dict[str, float]
 
-# NVML error code → the `kind` label of kube_gpu_exporter_collection_errors_total.
-ERROR_KINDS: dict[int, str] = {
-    pynvml.NVML_ERROR_GPU_IS_LOST: "gpu_is_lost",
-    pynvml.NVML_ERROR_UNKNOWN: "unknown",
-    pynvml.NVML_ERROR_TIMEOUT: "timeout",
-    pynvml.NVML_ERROR_NO_PERMISSION: "no_permission",
-    pynvml.NVML_ERROR_RESET_REQUIRED: "reset_required",
-}
-
 
 def error_kind(exc: pynvml.NVMLError) -> str:
-    return ERROR_KINDS.get(exc.value, "other")
+    """The `kind` label of a failed reading (catalog/errors.py lists them)."""
+    return NVML_ERROR_KINDS.get(exc.value, "other")
 
 
 class DriverFeatures:
@@ -154,17 +151,28 @@ class ProcessReader:
 
 Reader = Callable[[Any, DriverFeatures], Values]
 
-# What is read from a whole GPU; utilization is skipped on MIG-enabled GPUs (never supported).
-GPU_READERS: dict[str, Reader] = {
-    "memory": read_memory,
-    "utilization": read_utilization,
-    "temperature": read_temperature,
-    "power": read_power,
-    "power_limit": read_power_limit,
-    "energy": read_energy,
-    "sm_clock": read_sm_clock,
-    "memory_clock": read_memory_clock,
-    "ecc": read_ecc,
-}
-# A MIG instance has its own framebuffer slice; everything else belongs to the parent GPU.
-MIG_READERS: dict[str, Reader] = {"memory": read_memory}
+# The reader of every row of plain numbers in the readings table, by the row's key. The rows
+# of other shapes have their own code: read_clock_events and ProcessReader.
+READERS: Mapping[str, Reader] = MappingProxyType(
+    {
+        t.UTILIZATION.key: read_utilization,
+        t.MEMORY.key: read_memory,
+        t.TEMPERATURE.key: read_temperature,
+        t.POWER.key: read_power,
+        t.POWER_LIMIT.key: read_power_limit,
+        t.ENERGY.key: read_energy,
+        t.SM_CLOCK.key: read_sm_clock,
+        t.MEMORY_CLOCK.key: read_memory_clock,
+        t.ECC.key: read_ecc,
+    }
+)
+
+
+@cache
+def readers_on(where: t.Where) -> Mapping[str, Reader]:
+    """What is read from one kind of device, by row key: the table says where NVML answers.
+
+    A MIG instance has its own framebuffer slice and nothing else; utilization is skipped on
+    MIG-enabled GPUs, where NVML never answers it.
+    """
+    return MappingProxyType({row.key: READERS[row.key] for row in t.numbers_on(where)})

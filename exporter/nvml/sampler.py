@@ -12,22 +12,22 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import pynvml
 
 from kube_gpu_exporter.exporter.nvml.devices import Device, discover, text
 from kube_gpu_exporter.exporter.nvml.readings import (
-    GPU_READERS,
-    MIG_READERS,
     DriverFeatures,
     ProcessReader,
     Reader,
     error_kind,
     read_clock_events,
+    readers_on,
 )
 from kube_gpu_exporter.exporter.nvml.xid_events import XidWatcher
+from kube_gpu_exporter.exporter.readings_table import CLOCK_EVENTS, PROCESSES, Where
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, NodeSample, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class NvmlSampler:
         self._discovered_at = 0.0
         self._features = DriverFeatures()
         self._process_reader = ProcessReader()
-        self._unsupported: set[tuple[str, str]] = set()  # (uuid, reader) NVML refused
+        self._unsupported: set[tuple[str, str]] = set()  # (uuid, row key) NVML refused
         self._xids: XidWatcher | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -176,13 +176,11 @@ class NvmlSampler:
         try:
             if device.handle is None:
                 raise _DeviceLost
-            readers = dict(GPU_READERS)
-            if device.mig_enabled:
-                del readers["utilization"]  # NVML never supports it on MIG-enabled GPUs
-            values = self._read(device, readers, errors)
+            where = Where.MIG_ENABLED_GPU if device.mig_enabled else Where.GPU
+            values = self._read(device, readers_on(where), errors)
             clock_events = self._optional(
                 device,
-                "clock_events",
+                CLOCK_EVENTS.key,
                 lambda: read_clock_events(device.handle, self._features),
                 errors,
             )
@@ -192,7 +190,7 @@ class NvmlSampler:
                 DeviceSample(
                     child.identity,
                     True,
-                    self._read(child, MIG_READERS, errors),
+                    self._read(child, readers_on(Where.MIG_INSTANCE), errors),
                     processes=self._processes(child, False, errors),
                 )
                 for child in device.children
@@ -210,13 +208,13 @@ class NvmlSampler:
         uuid = device.identity.uuid
         return self._optional(
             device,
-            "processes",
+            PROCESSES.key,
             lambda: self._process_reader.read(uuid, device.handle, with_utilization),
             errors,
         )
 
     def _read(
-        self, device: Device, readers: dict[str, Reader], errors: Counter[str]
+        self, device: Device, readers: Mapping[str, Reader], errors: Counter[str]
     ) -> dict[str, float]:
         values: dict[str, float] = {}
         uuid = device.identity.uuid

@@ -11,7 +11,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.readings_table import (
+    CLOCK_EVENTS,
+    PROCESSES,
+    Where,
+    faulted_functions,
+    numbers_on,
+)
 from kube_gpu_exporter.exporter.simulated.scenario import DeviceState, MigState, NodeState, Scenario
 from kube_gpu_exporter.exporter.snapshot import (
     DeviceIdentity,
@@ -21,59 +27,27 @@ from kube_gpu_exporter.exporter.snapshot import (
 )
 
 
-def _gpu_values(device: DeviceState) -> dict[str, float]:
-    """The readings NVML would give. Each group is one NVML call: one unsupported key in it
-    drops the whole group, as NOT_SUPPORTED on that call does on a real driver."""
-    groups: list[tuple[tuple[str, ...], dict[str, float]]] = [
-        (
-            ("memory",),
-            {
-                c.MEMORY_USED.name: float(device.memory_used_bytes),
-                c.MEMORY_TOTAL.name: float(device.memory_total_bytes),
-                c.MEMORY_RESERVED.name: float(device.memory_reserved_bytes),
-            },
-        ),
-        (
-            ("utilization", "memory_bandwidth_utilization"),
-            {
-                c.UTILIZATION.name: device.utilization,
-                c.MEMORY_BANDWIDTH_UTILIZATION.name: device.memory_bandwidth_utilization,
-            },
-        ),
-        (("temperature_celsius",), {c.TEMPERATURE.name: device.temperature_celsius}),
-        (("power_watts",), {c.POWER.name: device.power_watts}),
-        (("power_limit_watts",), {c.POWER_LIMIT.name: device.power_limit_watts}),
-        (("energy",), {c.ENERGY.name: device.energy_joules}),
-        (
-            ("sm_clock_mhz", "memory_clock_mhz"),
-            {
-                c.SM_CLOCK.name: device.sm_clock_mhz * 1e6,
-                c.MEMORY_CLOCK.name: device.memory_clock_mhz * 1e6,
-            },
-        ),
-        (
-            ("ecc",),
-            {
-                c.ECC_CORRECTED.name: float(device.ecc_corrected),
-                c.ECC_UNCORRECTED.name: float(device.ecc_uncorrected),
-            },
-        ),
-    ]
-    values: dict[str, float] = {}
-    for keys, readings in groups:
-        if device.unsupported.isdisjoint(keys):
-            values.update(readings)
-    if device.mig:  # NVML never supports utilization on MIG-enabled GPUs
-        values.pop(c.UTILIZATION.name, None)
-        values.pop(c.MEMORY_BANDWIDTH_UTILIZATION.name, None)
-    return values
+def _values(
+    state: DeviceState | MigState, where: Where, faulted: frozenset[str]
+) -> dict[str, float]:
+    """The numbers NVML would give for this kind of device, from the readings table.
+
+    A row is dropped when one of its NVML functions is faulted: one unsupported key drops
+    every reading of that call (both clocks come from one), as NOT_SUPPORTED on a real driver.
+    """
+    return {
+        value.metric.name: float(state.readings[value.state]) * value.scale
+        for row in numbers_on(where)
+        if faulted.isdisjoint(row.functions)
+        for value in row.values
+    }
 
 
 def _processes(
-    device: DeviceState, mig: MigState | None = None
+    device: DeviceState, faulted: frozenset[str], mig: MigState | None = None
 ) -> tuple[ProcessSample, ...] | None:
     """The device's compute processes; on MIG, those of the instance, without utilization."""
-    if "processes" in device.unsupported:
+    if not faulted.isdisjoint(PROCESSES.functions):
         return None
     on_mig = bool(device.mig)
     return tuple(
@@ -91,8 +65,8 @@ def _processes(
     )
 
 
-def _mig_sample(parent: DeviceIdentity, device: DeviceState, mig: MigState) -> DeviceSample:
-    identity = DeviceIdentity(
+def _mig_identity(parent: DeviceIdentity, mig: MigState) -> DeviceIdentity:
+    return DeviceIdentity(
         index=parent.index,
         uuid=mig.uuid,
         model=parent.model,
@@ -102,38 +76,42 @@ def _mig_sample(parent: DeviceIdentity, device: DeviceState, mig: MigState) -> D
         gpu_instance_id=mig.gpu_instance_id,
         compute_instance_id=mig.compute_instance_id,
     )
-    values = {
-        c.MEMORY_USED.name: float(mig.memory_used_bytes),
-        c.MEMORY_TOTAL.name: float(mig.memory_total_bytes),
-        c.MEMORY_RESERVED.name: 0.0,
-    }
-    return DeviceSample(identity, up=True, values=values, processes=_processes(device, mig))
+
+
+def _device_samples(device: DeviceState, errors: Counter[str]) -> list[DeviceSample]:
+    """The GPU and its MIG instances; faults on the GPU's functions hold for its instances."""
+    identity = DeviceIdentity(
+        index=device.index,
+        uuid=device.uuid,
+        model=device.name,
+        pci_bus_id=device.pci_bus_id,
+    )
+    xids = dict(Counter(device.xids))
+    migs = [(_mig_identity(identity, m), m) for m in device.mig]
+    if device.lost:
+        errors["gpu_is_lost"] += 1
+        down = [DeviceSample(identity, up=False, xid_counts=xids)]
+        return down + [DeviceSample(mig_identity, up=False) for mig_identity, _ in migs]
+    faulted = faulted_functions(device.unsupported)
+    where = Where.MIG_ENABLED_GPU if device.mig else Where.GPU
+    values = _values(device, where, faulted)
+    clock_events = device.clock_events if faulted.isdisjoint(CLOCK_EVENTS.functions) else None
+    gpu = DeviceSample(identity, True, values, clock_events, xids, _processes(device, faulted))
+    return [gpu] + [
+        DeviceSample(
+            mig_identity,
+            up=True,
+            values=_values(mig, Where.MIG_INSTANCE, faulted),
+            processes=_processes(device, faulted, mig),
+        )
+        for mig_identity, mig in migs
+    ]
 
 
 def node_sample(state: NodeState) -> NodeSample:
     """What NVML would report for this scenario state."""
-    samples: list[DeviceSample] = []
     errors: Counter[str] = Counter()
-    for device in state.devices:
-        identity = DeviceIdentity(
-            index=device.index,
-            uuid=device.uuid,
-            model=device.name,
-            pci_bus_id=device.pci_bus_id,
-        )
-        xids = dict(Counter(device.xids))
-        if device.lost:
-            errors["gpu_is_lost"] += 1
-            samples.append(DeviceSample(identity, up=False, xid_counts=xids))
-            samples.extend(
-                DeviceSample(_mig_sample(identity, device, m).identity, up=False)
-                for m in device.mig
-            )
-            continue
-        clock_events = None if "clock_events" in device.unsupported else device.clock_events
-        values = _gpu_values(device)
-        samples.append(DeviceSample(identity, True, values, clock_events, xids, _processes(device)))
-        samples.extend(_mig_sample(identity, device, m) for m in device.mig)
+    samples = [sample for d in state.devices for sample in _device_samples(d, errors)]
     return NodeSample(
         nvml_up=True,
         driver_version=state.driver_version,

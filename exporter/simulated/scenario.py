@@ -5,16 +5,18 @@ compile from C, so the demo and the tests describe a node the same way. A scenar
 and validated once; `Scenario.state_at(t)` gives the node as it is `t` seconds into the run.
 
 Readings change at timeline keyframes: a keyframe holds its values until the next one, or,
-with `ramp: true`, the values move linearly from the previous keyframe to it.
+with `ramp: true`, the values move linearly from the previous keyframe to it. The `readings:`
+keys, their defaults and bounds, and the keys that may be declared `unsupported` come from the
+readings table (exporter/readings_table.py), as do the names the evaluated state holds.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import (
@@ -23,11 +25,21 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     model_validator,
 )
 
 from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.readings_table import (
+    CLOCK_EVENTS,
+    POWER,
+    READINGS,
+    Kind,
+    ScenarioField,
+    Where,
+    numbers_on,
+)
 from kube_gpu_exporter.exporter.units import parse_duration, parse_size
 
 
@@ -49,40 +61,40 @@ Ratio = Annotated[float, Field(ge=0, le=1)]
 ClockEvent = Annotated[str, Field(pattern="^(" + "|".join(CLOCK_EVENT_REASONS) + ")$")]
 
 # Reading keys that may be declared unsupported (NVML answers NOT_SUPPORTED for them).
-READING_KEYS = (
-    "utilization",
-    "memory_bandwidth_utilization",
-    "memory",
-    "temperature_celsius",
-    "power_watts",
-    "power_limit_watts",
-    "energy",
-    "sm_clock_mhz",
-    "memory_clock_mhz",
-    "clock_events",
-    "ecc",
-    "processes",
-)
+READING_KEYS = tuple(key for row in READINGS for key in row.unsupported)
 ReadingKey = Annotated[str, Field(pattern="^(" + "|".join(READING_KEYS) + ")$")]
+
+# The values a scenario may set under `readings:`, from the readings table.
+FIELDS: dict[str, ScenarioField] = {f.name: f for row in READINGS for f in row.fields}
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Readings(_Model):
-    """Values that change over time. Absent keys keep their previous value."""
+def _annotation(value: ScenarioField) -> Any:
+    """The type a table field is validated as; None (absent) holds the previous value."""
+    if value.kind is Kind.REASONS:
+        return list[ClockEvent] | None
+    if value.kind is Kind.BYTES:
+        return Bytes | None
+    number = int if value.kind is Kind.COUNT else float
+    return Annotated[number, Field(ge=value.minimum, le=value.maximum)] | None
 
-    utilization: Ratio | None = None
-    memory_bandwidth_utilization: Ratio | None = None
-    memory_used_bytes: Bytes | None = None
-    temperature_celsius: Annotated[float, Field(ge=-50, le=200)] | None = None
-    power_watts: Annotated[float, Field(ge=0)] | None = None
-    sm_clock_mhz: Annotated[float, Field(ge=0)] | None = None
-    memory_clock_mhz: Annotated[float, Field(ge=0)] | None = None
-    clock_events: list[ClockEvent] | None = None
-    ecc_corrected: Annotated[int, Field(ge=0)] | None = None
-    ecc_uncorrected: Annotated[int, Field(ge=0)] | None = None
+
+if TYPE_CHECKING:  # the fields are the table's; code reads them by name (getattr)
+
+    class Readings(_Model):
+        """Values that change over time. Absent keys keep their previous value."""
+
+else:
+    Readings = create_model(
+        "Readings",
+        __base__=_Model,
+        __doc__="Values that change over time. Absent keys keep their previous value.",
+        __module__=__name__,
+        **{name: (_annotation(value), None) for name, value in FIELDS.items()},
+    )
 
 
 class Process(_Model):
@@ -182,37 +194,40 @@ class ScenarioSpec(_Model):
 # --- the evaluated state at one moment -------------------------------------------------------
 
 
+class _ByName:
+    """A state's numbers by scenario name, also as attributes: `state.power_watts`.
+
+    They are keyed by the names the readings table plays its metrics from, so a new reading
+    needs no new field here.
+    """
+
+    __slots__ = ()
+    readings: Mapping[str, float]
+
+    def __getattr__(self, name: str) -> float:
+        if name != "readings" and name in self.readings:
+            return self.readings[name]
+        raise AttributeError(f"{type(self).__name__} has no {name!r}")
+
+
 @dataclass(frozen=True, slots=True)
-class MigState:
+class MigState(_ByName):
     uuid: str
     profile: str
     gpu_instance_id: int
     compute_instance_id: int
-    memory_total_bytes: int
-    memory_used_bytes: int
+    readings: Mapping[str, float] = field(hash=False)  # memory_used_bytes, memory_total_bytes
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceState:
+class DeviceState(_ByName):
     index: int
     uuid: str
     name: str
     pci_bus_id: str
     lost: bool
-    memory_total_bytes: int
-    memory_reserved_bytes: int
-    memory_used_bytes: int
-    utilization: float
-    memory_bandwidth_utilization: float
-    temperature_celsius: float
-    power_watts: float
-    power_limit_watts: float
-    energy_joules: float
-    sm_clock_mhz: float
-    memory_clock_mhz: float
+    readings: Mapping[str, float] = field(hash=False)  # the table's and the spec's fixed ones
     clock_events: frozenset[str]
-    ecc_corrected: int
-    ecc_uncorrected: int
     unsupported: frozenset[str]
     xids: tuple[int, ...]  # every Xid event up to now, oldest first
     processes: tuple[Process, ...]
@@ -225,19 +240,16 @@ class NodeState:
     devices: tuple[DeviceState, ...]
 
 
-_DEFAULTS: dict[str, Any] = {
-    "utilization": 0.0,
-    "memory_bandwidth_utilization": 0.0,
-    "memory_used_bytes": 0,
-    "temperature_celsius": 35.0,
-    "power_watts": 70.0,
-    "sm_clock_mhz": 1980.0,
-    "memory_clock_mhz": 2619.0,
-    "clock_events": [],
-    "ecc_corrected": 0,
-    "ecc_uncorrected": 0,
-}
-_NUMERIC = [k for k, v in _DEFAULTS.items() if not isinstance(v, list)]
+_DEFAULTS: dict[str, Any] = {name: value.default for name, value in FIELDS.items()}
+_NUMERIC = [name for name, value in FIELDS.items() if value.kind is not Kind.REASONS]
+_MIG = [f.name for row in numbers_on(Where.MIG_INSTANCE) for f in row.fields]
+_POWER = POWER.fields[0].name  # energy is the integral of its curve
+_CLOCK_EVENTS = CLOCK_EVENTS.fields[0].name
+
+
+def _number(name: str, value: Any) -> float:
+    """Counts and bytes stay integers (NVML's are), the rest are floats."""
+    return float(value) if FIELDS[name].kind is Kind.NUMBER else int(value)
 
 
 def _value_at(key: str, base: Readings, frames: Iterable[Keyframe | MigKeyframe], t: float) -> Any:
@@ -261,12 +273,12 @@ def _value_at(key: str, base: Readings, frames: Iterable[Keyframe | MigKeyframe]
 
 def _energy_at(device: DeviceSpec, frames: list[Keyframe], t: float) -> float:
     """Energy as the integral of the power curve, so the counter never goes backwards."""
-    points = sorted({0.0, t, *(f.at for f in frames if f.readings.power_watts is not None)})
-    points = [p for p in points if p <= t]
+    changes = (f.at for f in frames if getattr(f.readings, _POWER) is not None)
+    points = [p for p in sorted({0.0, t, *changes}) if p <= t]
     joules = device.energy_joules
     for left, right in itertools.pairwise(points):
-        a = _value_at("power_watts", device.readings, frames, left)
-        b = _value_at("power_watts", device.readings, frames, right - 1e-9)
+        a = _value_at(_POWER, device.readings, frames, left)
+        b = _value_at(_POWER, device.readings, frames, right - 1e-9)
         joules += (a + b) / 2 * (right - left)
     return joules
 
@@ -311,46 +323,44 @@ class Scenario:
         past = [f for f in frames if f.at <= t]
         lost = next((f.lost for f in reversed(past) if f.lost is not None), False)
         processes = next((f.processes for f in reversed(past) if f.processes is not None), None)
-        values = {key: _value_at(key, spec.readings, frames, t) for key in _DEFAULTS}
-        uuid = spec.uuid or f"GPU-{index:08x}-0000-4000-8000-{index:012x}"
-        mig = tuple(
-            MigState(
-                uuid=m.uuid or f"MIG-{index:04x}{m.gpu_instance_id:04x}-0000-4000-8000-{j:012x}",
-                profile=m.profile,
-                gpu_instance_id=m.gpu_instance_id,
-                compute_instance_id=m.compute_instance_id,
-                memory_total_bytes=m.memory_total_bytes,
-                memory_used_bytes=int(
-                    _value_at("memory_used_bytes", m.readings, self._mig_frames[index][j], t)
-                ),
-            )
-            for j, m in enumerate(spec.mig)
-        )
+        values = {key: _value_at(key, spec.readings, frames, t) for key in FIELDS}
+        mig = tuple(self._mig_at(index, j, m, t) for j, m in enumerate(spec.mig))
+        numbers = {key: _number(key, values[key]) for key in _NUMERIC}
+        # A MIG-enabled GPU's framebuffer holds at least what its instances use.
+        used = sum(m.memory_used_bytes for m in mig)
+        numbers["memory_used_bytes"] = max(numbers["memory_used_bytes"], used)
         return DeviceState(
             index=index,
-            uuid=uuid,
+            uuid=spec.uuid or f"GPU-{index:08x}-0000-4000-8000-{index:012x}",
             name=spec.name,
             pci_bus_id=spec.pci_bus_id or f"00000000:{0x18 + index:02X}:00.0",
             lost=lost,
-            memory_total_bytes=spec.memory_total_bytes,
-            memory_reserved_bytes=spec.memory_reserved_bytes,
-            # A MIG-enabled GPU's framebuffer holds at least what its instances use.
-            memory_used_bytes=max(
-                int(values["memory_used_bytes"]), sum(m.memory_used_bytes for m in mig)
-            ),
-            utilization=float(values["utilization"]),
-            memory_bandwidth_utilization=float(values["memory_bandwidth_utilization"]),
-            temperature_celsius=float(values["temperature_celsius"]),
-            power_watts=float(values["power_watts"]),
-            power_limit_watts=spec.power_limit_watts,
-            energy_joules=_energy_at(spec, frames, t),
-            sm_clock_mhz=float(values["sm_clock_mhz"]),
-            memory_clock_mhz=float(values["memory_clock_mhz"]),
-            clock_events=frozenset(values["clock_events"]),
-            ecc_corrected=int(values["ecc_corrected"]),
-            ecc_uncorrected=int(values["ecc_uncorrected"]),
+            readings={
+                **numbers,
+                "memory_total_bytes": spec.memory_total_bytes,
+                "memory_reserved_bytes": spec.memory_reserved_bytes,
+                "power_limit_watts": spec.power_limit_watts,
+                "energy_joules": _energy_at(spec, frames, t),
+            },
+            clock_events=frozenset(values[_CLOCK_EVENTS]),
             unsupported=frozenset(spec.unsupported),
             xids=tuple(x for f in past for x in f.xid),
             processes=tuple(spec.processes if processes is None else processes),
             mig=mig,
+        )
+
+    def _mig_at(self, index: int, j: int, spec: MigSpec, t: float) -> MigState:
+        frames = self._mig_frames[index][j]
+        numbers = {key: _number(key, _value_at(key, spec.readings, frames, t)) for key in _MIG}
+        return MigState(
+            uuid=spec.uuid or f"MIG-{index:04x}{spec.gpu_instance_id:04x}-0000-4000-8000-{j:012x}",
+            profile=spec.profile,
+            gpu_instance_id=spec.gpu_instance_id,
+            compute_instance_id=spec.compute_instance_id,
+            # A MIG instance's framebuffer slice has no driver-reserved part.
+            readings={
+                **numbers,
+                "memory_total_bytes": spec.memory_total_bytes,
+                "memory_reserved_bytes": 0,
+            },
         )

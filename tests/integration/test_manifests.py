@@ -18,7 +18,8 @@ from kube_gpu_exporter.exporter.cli import DEFAULT_PORT, build_parser
 from kube_gpu_exporter.exporter.generate.daemonset import PORT
 from kube_gpu_exporter.exporter.generate.outputs import render_outputs
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_SOCKET
-from kube_gpu_exporter.rules.config import Config, ConfigError, parse_config, parse_matchers
+from kube_gpu_exporter.rules.config import Config, ConfigError, parse_config
+from kube_gpu_exporter.rules.settings.values import parse_matchers
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

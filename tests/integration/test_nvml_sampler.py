@@ -14,7 +14,7 @@ import pytest
 from fakenvml import write_state
 from kube_gpu_exporter.exporter.nvml.sampler import BACKOFF_START_SECONDS, NvmlSampler
 from kube_gpu_exporter.exporter.simulated.sampler import node_sample
-from kube_gpu_exporter.exporter.simulated.scenario import Scenario
+from kube_gpu_exporter.exporter.simulated.scenario import READING_KEYS, Scenario
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, NodeSample
 from support import wait_until
 
@@ -81,6 +81,33 @@ def test_nvml_reads_what_the_simulated_backend_plays(state_file: Path) -> None:
     assert read.nvml_up and read.driver_version == "550.54.15"
     assert by_uuid(read) == by_uuid(expected)
     assert len(read.devices) == 5
+    assert read.errors == {}
+
+
+@pytest.mark.parametrize("key", READING_KEYS)
+def test_each_unsupported_key_drops_the_same_readings_in_both_backends(
+    state_file: Path, key: str
+) -> None:
+    """The readings table drives both: a key faults its NVML calls on the GPU and on its MIG
+    instances, and every reading made by one of those calls goes, on the fake as simulated."""
+    state = Scenario.parse(
+        f"""
+devices:
+  - unsupported: [{key}]
+    readings: {{clock_events: [gpu_idle]}}
+    processes: [{{pid: 7, used_memory_bytes: 1GiB, sm_utilization: 0.5}}]
+  - unsupported: [{key}]
+    mig: [{{profile: 3g.20gb, gpu_instance_id: 1, memory_total_bytes: 20GiB}}]
+    processes: [{{pid: 8, used_memory_bytes: 1GiB, gpu_instance_id: 1}}]
+"""
+    ).state_at(0)
+    write_state(state_file, state)
+    sampler = NvmlSampler(watch_xids=False)
+    try:
+        read = sampler.sample()
+    finally:
+        sampler.close()
+    assert by_uuid(read) == by_uuid(node_sample(state))
     assert read.errors == {}
 
 
@@ -241,3 +268,16 @@ def test_old_driver_without_v2_symbols_falls_back(fake_nvml_old_dir: Path, tmp_p
     )
     assert "nvidia_gpu_memory_reserved_bytes" not in read["values"]
     assert read["events"] == ["hw_slowdown", "sw_power_cap"]  # via the throttle-reasons call
+
+
+def test_catalog_nvml_error_codes_are_pynvmls() -> None:
+    """The catalog names NVML's return codes without loading NVML; they must be nvml.h's."""
+    from kube_gpu_exporter.exporter.catalog.errors import NVML_ERROR_KINDS
+
+    assert NVML_ERROR_KINDS == {
+        pynvml.NVML_ERROR_GPU_IS_LOST: "gpu_is_lost",
+        pynvml.NVML_ERROR_UNKNOWN: "unknown",
+        pynvml.NVML_ERROR_TIMEOUT: "timeout",
+        pynvml.NVML_ERROR_NO_PERMISSION: "no_permission",
+        pynvml.NVML_ERROR_RESET_REQUIRED: "reset_required",
+    }

@@ -16,8 +16,6 @@ from kube_gpu_exporter.rules.alerts import alert_groups, all_alerts
 from kube_gpu_exporter.rules.config import Config, parse_config
 from kube_gpu_exporter.rules.promql import KSM_METRICS, PROMETHEUS_METRICS
 from kube_gpu_exporter.rules.promql_names import metric_names
-from kube_gpu_exporter.rules.promtool_tests import CASES
-from kube_gpu_exporter.rules.runbooks import RUNBOOKS
 from kube_gpu_exporter.rules.templates import (
     humanize,
     humanize1024,
@@ -119,13 +117,6 @@ def test_prometheus_rule_wraps_the_same_groups() -> None:
     assert resource["metadata"]["namespace"] == "monitoring"
     assert resource["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert resource["spec"]["groups"] == RULES["groups"]
-
-
-def test_every_alert_has_a_runbook_and_a_promtool_case() -> None:
-    names = {a.name for a in all_alerts(Config())}
-    assert names == set(RUNBOOKS) == set(CASES)
-    for name in names:
-        assert f"\n## {name}\n" in RUNBOOKS_MD.read_text()
 
 
 def test_runbooks_say_what_to_do() -> None:

@@ -12,14 +12,8 @@ import yaml
 from pydantic import BaseModel
 
 from kube_gpu_exporter.exporter.generate import command as generate
-from kube_gpu_exporter.rules.config import (
-    Config,
-    ConfigError,
-    duration_seconds,
-    load_config,
-    parse_config,
-    selector_labels,
-)
+from kube_gpu_exporter.rules.config import Config, ConfigError, load_config, parse_config
+from kube_gpu_exporter.rules.settings.values import duration_seconds, selector_labels
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "rules" / "thresholds.example.yaml"

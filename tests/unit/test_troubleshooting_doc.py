@@ -19,8 +19,8 @@ import yaml
 
 from kube_gpu_exporter.exporter.catalog import BY_NAME
 from kube_gpu_exporter.exporter.cli import build_parser
-from kube_gpu_exporter.rules.config import Deployment
 from kube_gpu_exporter.rules.promql_names import metric_names
+from kube_gpu_exporter.rules.settings.deployment import Deployment
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "troubleshooting.md"

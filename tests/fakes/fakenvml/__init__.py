@@ -28,6 +28,9 @@ State file lines (the C file's header is the reference):
     mig <gi> <ci> <slices> <total bytes> <used bytes> <uuid> <name to end of line>
     process <pid> <used bytes> <gi> <ci> <sm %> <memory %>
     xid <code>                             (every Xid so far, oldest first)
+
+The value lines, memory to ecc, and the functions an `unsupported` key faults come from the
+readings table (exporter/readings_table.py): a new reading gets its line there.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
+from kube_gpu_exporter.exporter.readings_table import MEMORY, READINGS, Encoding
 from kube_gpu_exporter.exporter.simulated.scenario import DeviceState, NodeState
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
@@ -53,26 +58,7 @@ NO_INSTANCE = 0xFFFFFFFF  # NVML's gpuInstanceId/computeInstanceId outside MIG
 
 # A reading key declared `unsupported` in a scenario → the NVML functions that read it.
 UNSUPPORTED_FUNCTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "utilization": ("nvmlDeviceGetUtilizationRates",),
-        "memory_bandwidth_utilization": ("nvmlDeviceGetUtilizationRates",),
-        "memory": ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"),
-        "temperature_celsius": ("nvmlDeviceGetTemperature",),
-        "power_watts": ("nvmlDeviceGetPowerUsage",),
-        "power_limit_watts": ("nvmlDeviceGetEnforcedPowerLimit",),
-        "energy": ("nvmlDeviceGetTotalEnergyConsumption",),
-        "sm_clock_mhz": ("nvmlDeviceGetClockInfo",),
-        "memory_clock_mhz": ("nvmlDeviceGetClockInfo",),
-        "clock_events": (
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-        ),
-        "ecc": ("nvmlDeviceGetTotalEccErrors",),
-        "processes": (
-            "nvmlDeviceGetComputeRunningProcesses_v3",
-            "nvmlDeviceGetProcessUtilization",
-        ),
-    }
+    {key: row.functions for row in READINGS for key in row.unsupported}
 )
 
 _NO_ERRORS: Mapping[tuple[int, str], int] = MappingProxyType({})
@@ -141,6 +127,29 @@ def _mig_slices(profile: str) -> int:
     return int(profile.split("g", 1)[0])
 
 
+_ENCODE: Mapping[Encoding, Callable[[Any], str]] = MappingProxyType(
+    {
+        Encoding.INTEGER: lambda value: str(int(value)),
+        Encoding.WHOLE: lambda value: str(_whole(value)),
+        Encoding.MILLI: lambda value: str(_whole(value * 1000)),
+        Encoding.PERCENT: lambda value: str(_percent(value)),
+        Encoding.MASK: lambda names: f"{_clock_event_mask(names):#x}",
+    }
+)
+# The C header lists memory first; the other lines follow the table's order.
+_LINE_ROWS = (MEMORY, *(row for row in READINGS if row is not MEMORY))
+
+
+def _reading_lines(device: DeviceState) -> list[str]:
+    """A GPU's value lines, from the readings table: rows naming one line share it."""
+    lines: dict[str, list[str]] = {}
+    for row in _LINE_ROWS:
+        if row.line is not None:
+            words = lines.setdefault(row.line.name, [row.line.name])
+            words += [_ENCODE[how](getattr(device, state)) for state, how in row.line.values]
+    return [" ".join(words) for words in lines.values()]
+
+
 def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
     lines = [
         f"device {device.index}",
@@ -148,17 +157,7 @@ def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
         f"name {_one_line(device.name, 'name')}",
         f"pci_bus_id {_token(device.pci_bus_id, 'pci_bus_id')}",
         f"lost {int(device.lost)}",
-        f"memory {device.memory_total_bytes} {device.memory_reserved_bytes}"
-        f" {device.memory_used_bytes}",
-        f"utilization {_percent(device.utilization)}"
-        f" {_percent(device.memory_bandwidth_utilization)}",
-        f"temperature {_whole(device.temperature_celsius)}",
-        f"power {_whole(device.power_watts * 1000)}",
-        f"power_limit {_whole(device.power_limit_watts * 1000)}",
-        f"energy {_whole(device.energy_joules * 1000)}",
-        f"clocks {_whole(device.sm_clock_mhz)} {_whole(device.memory_clock_mhz)}",
-        f"clock_events {_clock_event_mask(device.clock_events):#x}",
-        f"ecc {device.ecc_corrected} {device.ecc_uncorrected}",
+        *_reading_lines(device),
     ]
     lines += [f"error {_token(fn, 'function')} {code}" for fn, code in sorted(errors.items())]
     for mig in device.mig:

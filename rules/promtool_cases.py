@@ -1,0 +1,117 @@
+"""The promtool case model: input series, the alerts expected at each check, and the test fleet
+that every alert's cases are written against.
+
+Each alert's spec (rules/alerts/) writes one `Case`: series for devices (or nodes) that must
+fire and for ones that must not, and checks once while the condition has not yet held for the
+alert's `for` (nothing fires) and once after (exactly the expected alerts fire). Values derive
+from the alert's settings — half of an idle threshold, midway between a memory threshold and
+full — so a changed thresholds file still produces tests that pass against the rules it
+produces. rules/promtool_tests.py turns the cases into the promtool file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.promql import Query
+from kube_gpu_exporter.rules.settings.values import duration_seconds, selector_labels
+from kube_gpu_exporter.rules.settings.view import ConfigView
+
+Labels = Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    metric: str
+    labels: Labels
+    values: str
+
+    def notation(self) -> str:
+        inner = ", ".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
+        return f"{self.metric}{{{inner}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    labels: Labels  # the alert's labels besides alertname and severity
+    value: float  # $value, for the description
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    minute: int
+    firing: tuple[Firing, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    series: tuple[Series, ...]
+    checks: tuple[Check, ...]
+
+
+def minutes(duration: str) -> int:
+    return math.ceil(duration_seconds(duration) / 60)
+
+
+def steady(value: float, samples: int) -> str:
+    """`value` at every minute for `samples` + 1 samples."""
+    return f"{value!r}+0x{samples}"
+
+
+def later(first_minute: int, value_series: str) -> str:
+    """Nothing before `first_minute`, then `value_series`."""
+    return f"_x{first_minute} {value_series}" if first_minute else value_series
+
+
+def uuid(node: str, gpu: int) -> str:
+    return f"GPU-{node}-{gpu:04d}"
+
+
+class World:
+    """Label sets of the test fleet: nodes `node-a`…, GPUs by index, pods by name."""
+
+    def __init__(self, cfg: ConfigView) -> None:
+        self.q = Query(cfg)
+        self.base = selector_labels(cfg.selectors.exporter)
+        self.scope = {cfg.labels.cluster: "test-cluster"} if cfg.labels.cluster else {}
+
+    def node(self, name: str) -> dict[str, str]:
+        """Series labels of an exporter target."""
+        return {**self.base, **self.scope, self.q.node_label: f"node-{name}:19400"}
+
+    def node_out(self, name: str) -> dict[str, str]:
+        """Labels of an alert aggregated per node."""
+        return {**self.scope, self.q.node_label: f"node-{name}:19400"}
+
+    def dev(self, node: str, gpu: int, **extra: str) -> dict[str, str]:
+        return {**self.node(node), "gpu": str(gpu), "uuid": uuid(node, gpu), **extra}
+
+    def dev_out(self, node: str, gpu: int, **extra: str) -> dict[str, str]:
+        return {**self.node_out(node), "gpu": str(gpu), "uuid": uuid(node, gpu), **extra}
+
+    def pod(self, node: str, gpu: int, namespace: str, pod: str) -> dict[str, str]:
+        return self.dev(node, gpu, namespace=namespace, pod=pod, container="main")
+
+    def alloc(self, node: str, gpu: int, namespace: str, pod: str, sharing: str) -> Series:
+        labels = self.pod(node, gpu, namespace, pod) | {
+            "resource": "nvidia.com/gpu",
+            "sharing": sharing,
+        }
+        return Series(c.ALLOCATION_INFO.name, labels, "1+0x200")
+
+
+def s(metric: c.Metric, labels: Labels, values: str) -> Series:
+    return Series(metric.name, labels, values)
+
+
+def timeline(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check, ...]:
+    """Checks for a condition true from minute `start`: pending just before `for` has
+    elapsed (when there is a `for`), firing after."""
+    held = minutes(for_)
+    checks = [Check(start + held + 2, firing)]
+    if held:
+        checks.insert(0, Check(start + held - 1, ()))
+    return tuple(checks)

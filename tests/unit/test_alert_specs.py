@@ -1,0 +1,124 @@
+"""Keeps "how to add an alert" true: one spec in rules/alerts/ (and a line in the README) is
+all it takes, and everything that must exist for an alert is checked to exist.
+
+Every spec has promtool cases that fire and that do not, a runbook section in the generated
+docs/runbooks.md, an entry with its defaults in rules/thresholds.example.yaml, a key in the
+thresholds file's `alerts:` section, and its name in the README's alert list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube_gpu_exporter.exporter.catalog.xid import APPLICATION_XIDS, HARDWARE_XIDS
+from kube_gpu_exporter.rules import alerts
+from kube_gpu_exporter.rules.alerts import BY_NAME, GROUPS, SPECS, all_alerts
+from kube_gpu_exporter.rules.alerts.device_faults import GPU_XID_ERRORS
+from kube_gpu_exporter.rules.alerts.workload_xids import GPU_XID_APPLICATION_ERRORS
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.promql import Query
+from kube_gpu_exporter.rules.promtool_cases import World
+from kube_gpu_exporter.rules.settings.alert import AlertSettings
+from kube_gpu_exporter.rules.spec import AlertSpec
+
+REPO = Path(__file__).resolve().parents[2]
+RUNBOOKS_MD = REPO / "docs" / "runbooks.md"
+EXAMPLE = REPO / "rules" / "thresholds.example.yaml"
+README = REPO / "README.md"
+IDS = [spec.name for spec in SPECS]
+
+
+def test_names_are_unique_and_every_alert_comes_from_a_spec() -> None:
+    assert len(BY_NAME) == len(SPECS)
+    assert [a.name for a in all_alerts(Config())] == IDS
+
+
+def test_every_spec_of_every_area_file_is_listed() -> None:
+    """A spec defined in an area file but left out of its SPECS, or an area file left out of
+    the face's groups, would silently never be deployed."""
+    listed = {id(spec) for spec in SPECS}
+    for info in pkgutil.iter_modules(alerts.__path__):
+        module = importlib.import_module(f"{alerts.__name__}.{info.name}")
+        defined = [v for v in vars(module).values() if isinstance(v, AlertSpec)]
+        assert set(map(id, defined)) == set(map(id, getattr(module, "SPECS", ()))), info.name
+        assert all(id(spec) in listed for spec in defined), info.name
+
+
+def test_every_group_has_alerts() -> None:
+    names = [name for name, _ in GROUPS]
+    assert len(names) == len(set(names))
+    assert all(specs for _, specs in GROUPS)
+
+
+def test_the_alerts_section_is_assembled_from_the_specs() -> None:
+    cfg = Config()
+    assert list(type(cfg.alerts).model_fields) == IDS
+    for spec in SPECS:
+        assert issubclass(spec.settings, AlertSettings)
+        assert spec.of(cfg) == spec.defaults
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_every_alert_has_promtool_cases_firing_and_not(spec: AlertSpec[Any]) -> None:
+    case = spec.case(World(Config()))
+    assert case.series, spec.name
+    assert any(check.firing for check in case.checks), f"{spec.name}: no check fires"
+    assert any(not check.firing for check in case.checks), f"{spec.name}: every check fires"
+
+
+def test_every_alert_has_a_runbook_and_a_promtool_case() -> None:
+    """Moved from test_rules_lint (the tables it compared are the specs now)."""
+    names = {a.name for a in all_alerts(Config())}
+    assert names == set(BY_NAME)
+    for name in names:
+        assert f"\n## {name}\n" in RUNBOOKS_MD.read_text()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_every_alert_has_its_runbook_section(spec: AlertSpec[Any]) -> None:
+    book = spec.runbook_of(Query(Config()))
+    text = RUNBOOKS_MD.read_text()
+    section = text.split(f"\n## {spec.name}\n", 1)[1].split("\n## ", 1)[0]
+    for part in (book.meaning, book.impact, book.diagnosis, book.mitigation):
+        assert part and part in section, spec.name
+
+
+def _example_alerts() -> tuple[dict[str, Any], str]:
+    text = EXAMPLE.read_text()
+    return yaml.safe_load(text)["alerts"], text
+
+
+def test_the_example_file_lists_every_alert_in_order() -> None:
+    entries, _ = _example_alerts()
+    assert list(entries) == IDS
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_the_example_file_gives_every_alert_with_all_its_defaults(spec: AlertSpec[Any]) -> None:
+    entries, text = _example_alerts()
+    entry = entries[spec.name]
+    keys = [info.alias or name for name, info in spec.settings.model_fields.items()]
+    assert sorted(entry) == sorted(keys), f"{spec.name}: the example must name every key"
+    assert spec.settings.model_validate(entry) == spec.defaults
+    # Each entry is explained by the comment above it.
+    assert re.search(rf"\n  #[^\n]*\n  {spec.name}:", text), f"{spec.name}: no comment"
+
+
+def test_the_readme_lists_every_alert() -> None:
+    text = README.read_text()
+    item = text.split("- `deploy/prometheus-rule.yaml`", 1)[1].split("\n- ", 1)[0]
+    missing = [name for name in IDS if not re.search(rf"\b{name}\b", item)]
+    assert not missing, f"not in the README's alert list: {missing}"
+
+
+def test_xid_defaults_are_the_catalogs() -> None:
+    assert GPU_XID_ERRORS.defaults.xids == HARDWARE_XIDS
+    assert GPU_XID_APPLICATION_ERRORS.defaults.xids == APPLICATION_XIDS
+    assert not set(HARDWARE_XIDS) & set(APPLICATION_XIDS)

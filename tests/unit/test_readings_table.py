@@ -1,0 +1,121 @@
+"""The readings table's contract: one row per NVML reading, and every place agrees with it.
+
+Adding a reading touches its row (exporter/readings_table.py), its reader, fake_nvml.c and
+docs/metrics.md; these tests fail until all of them know it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fakenvml import SOURCE, UNSUPPORTED_FUNCTIONS, render_state
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.nvml.readings import READERS, ProcessReader, read_clock_events
+from kube_gpu_exporter.exporter.readings_table import (
+    CLOCK_EVENTS,
+    PROCESSES,
+    READINGS,
+    Reading,
+    Shape,
+    Where,
+)
+from kube_gpu_exporter.exporter.simulated.scenario import READING_KEYS, Readings, Scenario
+
+REPO = Path(__file__).resolve().parents[2]
+C_SOURCE = SOURCE.read_text(encoding="utf-8")
+ROWS = {row.key: row for row in READINGS}
+
+# Device metrics that are not a reading: discovery gives the facts, `up` says whether the device
+# answered, and Xids come from the NVML event thread rather than a call per cycle.
+NOT_READINGS = {c.GPU_INFO, c.GPU_UP, c.XID_ERRORS}
+
+# One GPU, one MIG-enabled GPU: every state value a row names must exist on them.
+NODE = Scenario.parse(
+    """
+devices:
+  - {}
+  - mig: [{profile: 1g.10gb, gpu_instance_id: 9, memory_total_bytes: 10GiB}]
+"""
+).state_at(0)
+
+
+def test_every_device_metric_nvml_reads_has_exactly_one_row() -> None:
+    read = {m for m in c.ALL_METRICS if m.scope is c.Scope.DEVICE} - NOT_READINGS
+    rows = Counter(m for row in READINGS for m in row.metrics)
+    assert {m.name: rows[m] for m in read if rows[m] != 1} == {}, "rows per metric"
+    assert {m.name for m in rows} <= {m.name for m in read}
+
+
+def test_rows_have_distinct_keys_and_scenario_keys() -> None:
+    assert len(ROWS) == len(READINGS)
+    assert len(READING_KEYS) == len(set(READING_KEYS))
+    fields = [f.name for row in READINGS for f in row.fields]
+    assert len(fields) == len(set(fields))
+
+
+def test_rows_of_numbers_follow_the_catalog_order() -> None:
+    """The scenario's keys come in table order; the catalog's order is the one to keep."""
+    order = [m for row in READINGS if row.shape is Shape.NUMBERS for m in row.metrics]
+    assert order == list(c.DEVICE_VALUE_METRICS)
+
+
+def test_every_row_has_a_reader() -> None:
+    numbers = {row.key for row in READINGS if row.shape is Shape.NUMBERS}
+    assert set(READERS) == numbers
+    # The NVML sampler reads the other shapes with their own code.
+    assert {row.key: row.shape for row in READINGS if row.shape is not Shape.NUMBERS} == {
+        CLOCK_EVENTS.key: Shape.REASONS,
+        PROCESSES.key: Shape.PROCESSES,
+    }
+    assert callable(read_clock_events) and callable(ProcessReader().read)
+
+
+def test_every_row_applies_to_whole_gpus() -> None:
+    """A reading NVML answers on no plain GPU would never be read: the sampler starts there."""
+    assert all(Where.GPU in row.where for row in READINGS)
+
+
+@pytest.mark.parametrize("row", READINGS, ids=lambda row: row.key)
+def test_scenario_keys_exist_in_the_scenario_schema(row: Reading) -> None:
+    assert set(row.unsupported) <= set(READING_KEYS)
+    for field in row.fields:
+        assert field.name in Readings.model_fields
+        assert Readings.model_fields[field.name].default is None  # absent: hold the value
+    states: list[object] = list(NODE.devices)
+    if Where.MIG_INSTANCE in row.where and row.shape is Shape.NUMBERS:
+        states += [m for d in NODE.devices for m in d.mig]
+    for state in states:
+        for value in row.values:
+            getattr(state, value.state)  # raises AttributeError when the state lacks it
+        for name, _ in row.line.values if row.line else ():
+            getattr(state, name)
+
+
+@pytest.mark.parametrize("row", READINGS, ids=lambda row: row.key)
+def test_c_functions_and_state_line_are_in_the_fake(row: Reading) -> None:
+    for function in row.functions:
+        assert re.search(rf"\bAPI nvmlReturn_t {function}\(", C_SOURCE), function
+    for key in row.unsupported:
+        assert UNSUPPORTED_FUNCTIONS[key] == row.functions
+    if row.line is not None:
+        assert f'!strcmp(key, "{row.line.name}")' in C_SOURCE
+        assert re.search(rf"^ \*   {row.line.name} ", C_SOURCE, re.MULTILINE), "C header"
+    else:
+        assert row.shape is Shape.PROCESSES  # one `process` line per process instead
+
+
+def test_the_fake_writes_one_line_per_state_line() -> None:
+    lines = [line.split()[0] for line in render_state(NODE).splitlines()]
+    names = {row.line.name for row in READINGS if row.line is not None}
+    assert all(lines.count(name) == len(NODE.devices) for name in names)
+
+
+@pytest.mark.parametrize("row", READINGS, ids=lambda row: row.key)
+def test_metrics_are_documented(row: Reading) -> None:
+    doc = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    for metric in row.metrics:
+        assert f"`{metric.name}`" in doc or f"`{metric.name}{{" in doc, metric.name
