@@ -38,6 +38,11 @@ def timeseries(title: str, unit: str, *targets: Target, **options: Any) -> Panel
     return panel("timeseries", title, unit, *targets, **options)
 
 
+def ratio_series(title: str, *targets: Target, **options: Any) -> Panel:
+    """A time series of 0–1 ratios, drawn on a fixed 0–100 % axis so panels compare."""
+    return timeseries(title, "percentunit", *targets, min=0, max=1, **options)
+
+
 def stat(title: str, unit: str, target: Target, **options: Any) -> Panel:
     return panel("stat", title, unit, target, width=options.pop("width", 3), height=4, **options)
 

@@ -17,6 +17,7 @@ from kube_gpu_exporter.grafana.panels import (
     dashboard_tags,
     datasource_variable,
     line_at,
+    ratio_series,
     renamed,
     scoped,
     stat,
@@ -78,29 +79,20 @@ def build(cfg: Config) -> Dashboard:
     utilization = Row(
         "Utilization",
         (
-            timeseries(
+            ratio_series(
                 "GPU utilization against the efficiency target",
-                "percentunit",
                 Target(qq.utilization(q), "fleet"),
-                min=0,
-                max=1,
                 description=f"The dashed line is the {fmt_percent(target)} efficiency target "
                 "(dashboards.efficiency_target).",
                 **line_at(target, GREEN),
             ),
-            timeseries(
+            ratio_series(
                 "Utilization per node",
-                "percentunit",
                 Target(qq.utilization(q, (node,)), f"{{{{{node}}}}}"),
-                min=0,
-                max=1,
             ),
-            timeseries(
+            ratio_series(
                 "Framebuffer in use per node",
-                "percentunit",
                 Target(qq.memory_ratio(q, (node,)), f"{{{{{node}}}}}"),
-                min=0,
-                max=1,
                 **line_at(cfg.alerts.GPUMemoryNearFull.threshold),
             ),
             timeseries("Power per node", "watt", Target(qq.power(q, (node,)), f"{{{{{node}}}}}")),

@@ -17,6 +17,7 @@ from kube_gpu_exporter.grafana.panels import (
     label_variable,
     line_at,
     panel,
+    ratio_series,
     scoped,
     stat,
     table,
@@ -91,20 +92,14 @@ def build(cfg: Config) -> Dashboard:
     usage = Row(
         "Utilization and memory",
         (
-            timeseries(
+            ratio_series(
                 "Utilization",
-                "percentunit",
                 Target(q.sel(c.UTILIZATION), "GPU {{gpu}}"),
-                min=0,
-                max=1,
                 description="NVML gives no utilization for MIG-enabled GPUs and MIG instances.",
             ),
-            timeseries(
+            ratio_series(
                 "Memory bandwidth utilization",
-                "percentunit",
                 Target(q.sel(c.MEMORY_BANDWIDTH_UTILIZATION), "GPU {{gpu}}"),
-                min=0,
-                max=1,
             ),
             timeseries(
                 "Framebuffer used",
@@ -112,12 +107,9 @@ def build(cfg: Config) -> Dashboard:
                 Target(qq.with_profile(q, q.sel(c.MEMORY_USED)), GPU_LEGEND),
                 min=0,
             ),
-            timeseries(
+            ratio_series(
                 "Framebuffer used, share of the device",
-                "percentunit",
                 Target(qq.device_memory_ratio(q), GPU_LEGEND),
-                min=0,
-                max=1,
                 **line_at(cfg.alerts.GPUMemoryNearFull.threshold),
             ),
         ),
@@ -178,12 +170,9 @@ def build(cfg: Config) -> Dashboard:
                 Target(qq.allocations(q), table=True),
                 hidden_columns=("Time", "Value"),
             ),
-            timeseries(
+            ratio_series(
                 "Utilization per pod",
-                "percentunit",
                 Target(qq.pod_metric(q, c.POD_UTILIZATION), "{{namespace}}/{{pod}} GPU {{gpu}}"),
-                min=0,
-                max=1,
             ),
         ),
     )

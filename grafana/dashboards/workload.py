@@ -16,6 +16,7 @@ from kube_gpu_exporter.grafana.panels import (
     datasource_variable,
     label_variable,
     line_at,
+    ratio_series,
     scoped,
     stat,
     table,
@@ -80,12 +81,9 @@ def build(cfg: Config) -> Dashboard:
     per_pod = Row(
         "Pods",
         (
-            timeseries(
+            ratio_series(
                 "Utilization per pod",
-                "percentunit",
                 Target(qq.pod_metric(pods, c.POD_UTILIZATION), POD_LEGEND),
-                min=0,
-                max=1,
                 description=f"The dashed line is the {fmt_percent(idle_threshold)} idle "
                 "threshold. On a shared GPU, the pod's own processes.",
                 **line_at(idle_threshold, "orange"),
@@ -96,12 +94,9 @@ def build(cfg: Config) -> Dashboard:
                 Target(qq.pod_metric(pods, c.POD_MEMORY_USED), POD_LEGEND),
                 min=0,
             ),
-            timeseries(
+            ratio_series(
                 "OOM headroom (free framebuffer on the pod's device)",
-                "percentunit",
                 Target(qq.headroom_ratio(device, pods), POD_LEGEND),
-                min=0,
-                max=1,
                 description=f"GPUMemoryNearFull fires under {fmt_percent(1 - memory_threshold)}"
                 " free. On a shared GPU every pod on it shares this headroom.",
                 steps=((None, "red"), (round(1 - memory_threshold, 6), GREEN)),
