@@ -1,4 +1,4 @@
-"""Pod attribution (issue 3) in this process: CPU per `attribute()` call, RSS under pod churn.
+"""Pod attribution in this process: CPU per `attribute()` call, RSS under pod churn.
 
 The node is `node.attribution_scenario()`: 56 MIG instances each held by one pod
 (`nvidia.com/mig-1g.10gb`) and one whole GPU shared by ten time-slicing replicas
@@ -46,7 +46,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 WARMUP_CALLS = 20
 CHURN_WARMUP_CYCLES = 50
 CHECKPOINTS = 10
-# Growth of the bench process over the churn run that counts as no leak (the issue's target).
+# Growth of the bench process over the churn run that counts as no leak (the target).
 CHURN_GROWTH_TARGET_BYTES = 1_000_000
 # The first MIG instance's pod is the one that comes and goes in the churn run.
 CHURNED_SLOT = 0

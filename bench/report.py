@@ -21,7 +21,7 @@ from wrk import Load, WrkResult
 
 if TYPE_CHECKING:
     # Types only: importing attribution loads gRPC, which must stay out of the bench
-    # process until the issue-2 figures (attribution off) are taken.
+    # process until the serving figures (attribution off) are taken.
     from attribution import CallCpu, ChurnTrack
 
 START_MARKER = "<!-- results:start -->"
@@ -73,7 +73,7 @@ class IdleExporter:
 
 @dataclass(frozen=True)
 class AttributionRun:
-    """Pod attribution (issue 3): the exporter with a kubelet, and attribution in-process."""
+    """Pod attribution: the exporter with a kubelet, and attribution in-process."""
 
     devices: int
     pods: int
@@ -306,7 +306,7 @@ def attribution_section(r: Results) -> list[str]:
         else f"{a.churn_mig_gpus} partitioned GPUs and their"
     )
     return [
-        "### Pod attribution (issue 3)",
+        "### Pod attribution",
         "",
         f"Node: {a.devices} devices (the 64 above, plus one whole GPU shared by 10 "
         f"time-slicing replicas), {a.pods} pods (one per MIG instance, "

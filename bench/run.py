@@ -1,8 +1,8 @@
 """`make bench`: scrape latency, CPU and memory of the exporter on a 64-device node.
 
 The node is a fake libnvidia-ml (tests/fakes/fakenvml) playing 8 A100s × 7 MIG instances, so the
-bench runs anywhere and every run sees the same node. Steps 1-5 (issue 2) run with pod
-attribution off; steps 6-8 (issue 3) add a ninth GPU shared by ten time-slicing replicas and
+bench runs anywhere and every run sees the same node. Steps 1-5 (serving) run with pod
+attribution off; steps 6-8 (pod attribution) add a ninth GPU shared by ten time-slicing replicas and
 66 pods. In order:
 
 1. the exporter subprocess idle (CPU per cycle from /proc), then scraped by wrk, plain and

@@ -1,1 +1,1 @@
-"""Grafana dashboards built from the metric catalog (issue 4)."""
+"""Grafana dashboards built from the metric catalog."""

@@ -1,1 +1,1 @@
-"""Thresholds → Prometheus alerting and recording rules (issue 4)."""
+"""Thresholds → Prometheus alerting and recording rules."""
