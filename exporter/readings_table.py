@@ -26,104 +26,54 @@ backend must be able to read the table without loading pynvml.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum, Flag, auto
-
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.reading import (
+    EVERY_DEVICE,
+    WHOLE_GPU,
+    Encoding,
+    Kind,
+    Reading,
+    ScenarioField,
+    Shape,
+    Source,
+    StateLine,
+    Value,
+    Where,
+)
+from kube_gpu_exporter.exporter.readings_batched import (
+    CLOCK_EVENT_DURATIONS,
+    GPM,
+    MEMORY_TEMPERATURE,
+    NVLINK_BYTES,
+    PCIE_BYTES,
+    PCIE_REPLAYS,
+    POWER_MANAGEMENT_LIMIT,
+    RECOVERY_ACTION,
+    REMAPPED_ROWS,
+)
 
-
-class Where(Flag):
-    """The devices NVML answers a reading for."""
-
-    GPU = auto()  # a whole GPU, MIG mode off
-    MIG_ENABLED_GPU = auto()  # a GPU partitioned into MIG instances
-    MIG_INSTANCE = auto()  # one MIG instance: its own framebuffer slice, nothing else
-
-
-WHOLE_GPU = Where.GPU | Where.MIG_ENABLED_GPU
-EVERY_DEVICE = WHOLE_GPU | Where.MIG_INSTANCE
-
-
-class Shape(Enum):
-    """What a reading gives, and so where a DeviceSample holds it."""
-
-    NUMBERS = "numbers"  # one number per metric (DeviceSample.values); a generic reader
-    REASONS = "reasons"  # the active clock-event reasons (DeviceSample.clock_events)
-    PROCESSES = "processes"  # the compute processes (DeviceSample.processes)
-
-
-class Kind(Enum):
-    """How the scenario schema validates a value."""
-
-    NUMBER = "number"  # a float within the field's bounds
-    COUNT = "count"  # an integer within the field's bounds
-    BYTES = "bytes"  # an integer or a size string ("80GiB")
-    REASONS = "reasons"  # a list of clock-event reason names
-
-
-class Encoding(Enum):
-    """How the fake's state file writes a state value: in the integer unit NVML answers in."""
-
-    INTEGER = "integer"  # as it is (bytes, counts)
-    WHOLE = "whole"  # rounded half up, never negative (°C, MHz)
-    MILLI = "milli"  # ×1000 and rounded (W → mW, J → mJ)
-    PERCENT = "percent"  # a ratio as whole percents, rounded half up
-    MASK = "mask"  # clock-event reason names as the nvmlClocksEventReason bit mask, hex
-
-
-@dataclass(frozen=True, slots=True)
-class ScenarioField:
-    """A value a scenario may set, and change over time, under `readings:`."""
-
-    name: str
-    default: float | tuple[str, ...]
-    kind: Kind = Kind.NUMBER
-    minimum: float | None = 0
-    maximum: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Value:
-    """One catalog metric of a reading and the scenario state value it is played from.
-
-    `state` names a ScenarioField, or a fixed value of the device spec (memory_total_bytes,
-    power_limit_watts, ...); `scale` turns the state's unit into the metric's base unit.
-    """
-
-    metric: c.Metric
-    state: str
-    scale: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class StateLine:
-    """A whole GPU's line in the fake's state file: `name`, then each state value encoded.
-
-    Rows naming the same line share it, each adding its values in table order.
-    """
-
-    name: str
-    values: tuple[tuple[str, Encoding], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One NVML reading: one row of the table."""
-
-    key: str  # the reader's key, and the NVML sampler's NOT_SUPPORTED memory per device
-    values: tuple[Value, ...]
-    unsupported: tuple[str, ...]  # scenario keys that declare it unsupported
-    functions: tuple[str, ...]  # the NVML C functions it calls
-    where: Where = WHOLE_GPU
-    shape: Shape = Shape.NUMBERS
-    fields: tuple[ScenarioField, ...] = ()  # its time-varying scenario values
-    line: StateLine | None = None  # None: the fake writes it its own way
-
-    @property
-    def metrics(self) -> tuple[c.Metric, ...]:
-        return tuple(value.metric for value in self.values)
-
-
+__all__ = [
+    "CLOCK_EVENT_DURATIONS",
+    "DECODER",
+    "ENCODER",
+    "EVERY_DEVICE",
+    "GPM",
+    "READINGS",
+    "WHOLE_GPU",
+    "Encoding",
+    "Kind",
+    "Reading",
+    "ScenarioField",
+    "Shape",
+    "Source",
+    "StateLine",
+    "Value",
+    "Where",
+    "declarable",
+    "faulted_functions",
+    "numbers_on",
+    "unsupported_values",
+]
 UTILIZATION = Reading(
     key="utilization",
     values=(
@@ -244,6 +194,24 @@ PROCESSES = Reading(
     shape=Shape.PROCESSES,  # the fake writes one `process` line per process
 )
 
+
+def _codec(kind: str, metric: c.Metric, function: str) -> Reading:
+    """The video encoder or decoder: one call each, sharing the fake's `codec` line."""
+    field = f"{kind}_utilization"
+    return Reading(
+        key=kind,
+        values=(Value(metric, field),),
+        unsupported=(field,),
+        functions=(function,),
+        fields=(ScenarioField(field, 0.0, minimum=0, maximum=1),),
+        line=StateLine("codec", ((field, Encoding.PERCENT),)),
+    )
+
+
+ENCODER = _codec("encoder", c.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization")
+DECODER = _codec("decoder", c.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization")
+
+
 # The numbers in the catalog's order; the scenario's `readings:` and `unsupported` keys follow
 # this order too (its error messages list the keys that may be declared unsupported).
 READINGS: tuple[Reading, ...] = (
@@ -258,17 +226,49 @@ READINGS: tuple[Reading, ...] = (
     CLOCK_EVENTS,
     ECC,
     PROCESSES,
+    ENCODER,
+    DECODER,
+    GPM,
+    PCIE_BYTES,
+    PCIE_REPLAYS,
+    NVLINK_BYTES,
+    REMAPPED_ROWS,
+    RECOVERY_ACTION,
+    MEMORY_TEMPERATURE,
+    CLOCK_EVENT_DURATIONS,
+    POWER_MANAGEMENT_LIMIT,
 )
 
 
+def declarable(row: Reading) -> tuple[str, ...]:
+    """The scenario keys that declare the row, or one of its values, unsupported.
+
+    A FIELDS or GPM value has its own NVML return code, so each of its scenario values may be
+    declared unsupported on its own (one series drops); the row key drops them all.
+    """
+    each = tuple(f.name for f in row.fields) if row.source is not Source.CALL else ()
+    return row.unsupported + tuple(k for k in each if k not in row.unsupported)
+
+
 def faulted_functions(unsupported: frozenset[str]) -> frozenset[str]:
-    """The NVML functions that answer NOT_SUPPORTED on a device with these unsupported keys."""
+    """The NVML functions that answer NOT_SUPPORTED on a device with these unsupported keys.
+
+    Only rows read by their own calls fault a function: field values and GPM metrics answer
+    NOT_SUPPORTED value by value (unsupported_values), the batched call itself succeeds.
+    """
     return frozenset(
         fn
         for row in READINGS
-        if not unsupported.isdisjoint(row.unsupported)
+        if row.source is Source.CALL and not unsupported.isdisjoint(row.unsupported)
         for fn in row.functions
     )
+
+
+def unsupported_values(row: Reading, unsupported: frozenset[str]) -> frozenset[str]:
+    """The states of the row's values NVML answers NOT_SUPPORTED for, one by one."""
+    if not unsupported.isdisjoint(row.unsupported):
+        return frozenset(v.state for v in row.values)
+    return frozenset(v.state for v in row.values if v.state in unsupported)
 
 
 def numbers_on(where: Where) -> tuple[Reading, ...]:

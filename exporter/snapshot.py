@@ -26,10 +26,22 @@ class DeviceIdentity:
     mig_profile: str = ""
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    share: float = 1.0  # of its physical GPU: a MIG instance's slices over the GPU's
 
     @property
     def is_mig(self) -> bool:
         return bool(self.parent_uuid)
+
+
+def gpu_share(profile: str, slices: int | None, gpu_slices: int) -> float:
+    """A MIG instance's share of its GPU: its GPU-instance slices over the GPU's.
+
+    The GPU's slice count is its maximum number of MIG devices (7 on A100 and H100, 4 on
+    A30); a profile the driver names without attributes falls back to its leading number.
+    """
+    if not slices and profile[:1].isdigit():
+        slices = int(profile.split("g", 1)[0])
+    return min(1.0, slices / gpu_slices) if slices and gpu_slices else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,8 @@ class DeviceSample:
     clock_events: frozenset[str] | None = None  # active reasons; None when not readable
     xid_counts: Mapping[int, int] = field(default_factory=dict)
     processes: tuple[ProcessSample, ...] | None = None  # None when NVML cannot list them
+    # (catalog metric name, value of its one extra label: link, cause, reason) → value
+    labelled: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +77,8 @@ class NodeSample:
     driver_version: str = ""
     devices: tuple[DeviceSample, ...] = ()
     errors: Mapping[str, int] = field(default_factory=dict)  # error kind → count this cycle
+    # Whether NVML lists every container's processes (hostPID); None: not known (simulated)
+    host_pid_namespace: bool | None = None
 
 
 # --- attribution: which container holds which device ----------------------------------------

@@ -135,15 +135,16 @@ def attribute(
 def _exclusive(
     device: DeviceIdentity, sample: DeviceSample, holders: Iterable[Holder]
 ) -> list[PodUsage]:
-    """A device held alone: its holder's usage is the device's."""
+    """A device held alone: its holder's usage is the device's.
+
+    A MIG instance has no NVML utilization; its activity is GPM's engine activity of that
+    instance (Hopper and newer). On Ampere MIG neither exists and the usage stays absent:
+    the instance's compute process count is the idle signal there (docs/metrics.md).
+    """
+    values = sample.values
+    utilization = values.get(c.UTILIZATION.name, values.get(c.GRAPHICS_ACTIVE.name))
     return [
-        PodUsage(
-            device,
-            holder,
-            sample.values.get(c.UTILIZATION.name),
-            sample.values.get(c.MEMORY_USED.name),
-        )
-        for holder in holders
+        PodUsage(device, holder, utilization, values.get(c.MEMORY_USED.name)) for holder in holders
     ]
 
 

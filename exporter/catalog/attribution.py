@@ -27,8 +27,9 @@ POD_UTILIZATION = Metric(
     "nvidia_gpu_pod_utilization_ratio",
     G,
     "ratio",
-    "The container's share of device time: the device's utilization when it holds the device "
-    "alone, the SM utilization of its own processes on a shared device.",
+    "The container's share of device time: the device's utilization when it holds a whole GPU "
+    "alone, its MIG instance's GPM engine activity (Hopper+), the SM utilization of its own "
+    "processes on a shared device.",
     P,
 )
 POD_MEMORY_USED = Metric(

@@ -93,7 +93,16 @@ COMPUTE_PROCESSES = Metric(
     "nvidia_gpu_compute_processes",
     G,
     "",
-    "Compute processes NVML lists on the device (absent where NVML cannot list them).",
+    "Compute processes NVML lists on the device (absent where NVML cannot list them; only "
+    "the exporter's own PID namespace's unless it runs with hostPID).",
+    D,
+)
+SHARE = Metric(
+    "nvidia_gpu_share_ratio",
+    G,
+    "ratio",
+    "The device's share of its physical GPU: 1 for a whole GPU, a MIG instance's slices over "
+    "the GPU's (1g.10gb on an A100 = 1/7); weights allocations and idle cost.",
     D,
 )
 

@@ -31,6 +31,14 @@ LAST_SUCCESS = Metric(
     "Unix time of the last collection cycle in which NVML answered.",
     X,
 )
+HOST_PID_NAMESPACE = Metric(
+    "kube_gpu_exporter_host_pid_namespace",
+    G,
+    "",
+    "1 if the exporter shares the host's PID namespace (hostPID), so NVML lists every "
+    "container's processes; 0 if NVML lists only its own namespace's (none of the workloads').",
+    X,
+)
 COLLECTIONS = Metric(
     "kube_gpu_exporter_collections_total", C, "", "Collection cycles completed.", X
 )

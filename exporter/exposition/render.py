@@ -18,9 +18,12 @@ from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.exposition.attribution_families import attribution_families
 from kube_gpu_exporter.exporter.exposition.families import add, device_labels, family
+from kube_gpu_exporter.exporter.exposition.text_counters import text_families
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, Snapshot
 
 GZIP_LEVEL = 6
+# Device metrics with one plain number per device, in render order.
+VALUE_METRICS = (*c.DEVICE_VALUE_METRICS, *c.PROFILING_METRICS, *c.HARDWARE_VALUE_METRICS)
 # The Accept headers of curl, Prometheus 2.x and Prometheus 3.x: rendered eagerly.
 COMMON_ACCEPT_HEADERS = (
     "",
@@ -56,6 +59,7 @@ class SnapshotCollector:
 
         info = family(c.GPU_INFO)
         up = family(c.GPU_UP)
+        share = family(c.SHARE)
         for device, base in zip(devices, labels, strict=True):
             ident = device.identity
             extra = {
@@ -66,15 +70,26 @@ class SnapshotCollector:
             }
             add(info, base | extra, 1)
             add(up, base, 1 if device.up else 0)
+            add(share, base, ident.share)
         yield info
         yield up
+        yield share
 
-        for metric in c.DEVICE_VALUE_METRICS:
+        for metric in VALUE_METRICS:
             fam = family(metric)
             for device, base in zip(devices, labels, strict=True):
                 value = device.values.get(metric.name)
                 if value is not None:
                     add(fam, base, value)
+            yield fam
+
+        for metric in c.HARDWARE_LABELLED_METRICS:
+            fam = family(metric)
+            label = metric.labels[0]
+            for device, base in zip(devices, labels, strict=True):
+                for (name, label_value), value in device.labelled.items():
+                    if name == metric.name:
+                        add(fam, base | {label: label_value}, value)
             yield fam
 
         processes = family(c.COMPUTE_PROCESSES)
@@ -111,6 +126,10 @@ class SnapshotCollector:
         for kind, count in sorted(state.errors_total.items()):
             add(errors, {"kind": kind}, count)
         yield errors
+        if self._snapshot.node.host_pid_namespace is not None:
+            host_pid = family(c.HOST_PID_NAMESPACE)
+            add(host_pid, {}, int(self._snapshot.node.host_pid_namespace))
+            yield host_pid
         if state.pod_resources_up is not None:
             for metric, value in (
                 (c.POD_RESOURCES_UP, int(state.pod_resources_up)),
@@ -149,11 +168,22 @@ class Rendered:
     def _render(self, encoder: Callable[..., bytes], fmt: str, gzipped: bool) -> bytes:
         plain = self._bodies.get((fmt, False))
         if plain is None:
-            plain = encoder(SnapshotCollector(self.snapshot, self.extra))
+            plain = _encode(encoder, fmt, self.snapshot, self.extra)
         body = gzip.compress(plain, GZIP_LEVEL) if gzipped else plain
         self._bodies[(fmt, False)] = plain
         self._bodies[(fmt, gzipped)] = body
         return body
+
+
+def _encode(
+    encoder: Callable[..., bytes], fmt: str, snapshot: Snapshot, extra: Sequence[Family]
+) -> bytes:
+    """OpenMetrics must end in `# EOF`: ours and `extra` go through one collector. The text
+    format is ours, then `extra` by text_families, which types the compat counters that keep
+    dcgm-exporter's names without `_total` as `counter` (see text_counters.py)."""
+    if fmt.startswith("application/openmetrics-text"):
+        return encoder(SnapshotCollector(snapshot, extra))
+    return encoder(SnapshotCollector(snapshot)) + text_families(encoder, extra)
 
 
 def _without_escaping(content_type: str) -> str:

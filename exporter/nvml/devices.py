@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 
-from kube_gpu_exporter.exporter.snapshot import DeviceIdentity
+from kube_gpu_exporter.exporter.snapshot import DeviceIdentity, gpu_share
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,8 @@ def _lost_placeholder(index: int, known: dict[int, Device]) -> Device:
 
 def _mig_children(parent: DeviceIdentity, handle: Any) -> tuple[Device, ...]:
     children: list[Device] = []
-    for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+    gpu_slices = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    for slot in range(gpu_slices):
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except pynvml.NVMLError_NotFound:
@@ -61,13 +62,15 @@ def _mig_children(parent: DeviceIdentity, handle: Any) -> tuple[Device, ...]:
             slices, memory_mb = attrs.gpuInstanceSliceCount, attrs.memorySizeMB
         except pynvml.NVMLError:
             slices = memory_mb = None
+        profile = mig_profile(name, slices, memory_mb)
         identity = DeviceIdentity(
             index=parent.index,
             uuid=text(pynvml.nvmlDeviceGetUUID(mig)),
             model=parent.model,
             pci_bus_id=parent.pci_bus_id,
             parent_uuid=parent.uuid,
-            mig_profile=mig_profile(name, slices, memory_mb),
+            mig_profile=profile,
+            share=gpu_share(profile, slices, gpu_slices),
             gpu_instance_id=pynvml.nvmlDeviceGetGpuInstanceId(mig),
             compute_instance_id=pynvml.nvmlDeviceGetComputeInstanceId(mig),
         )

@@ -8,6 +8,7 @@ error drops that one reading this cycle.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from functools import cache
 from types import MappingProxyType
@@ -97,6 +98,16 @@ def read_ecc(handle: Any, _: DriverFeatures) -> Values:
     }
 
 
+def read_encoder(handle: Any, _: DriverFeatures) -> Values:
+    utilization, _period_us = pynvml.nvmlDeviceGetEncoderUtilization(handle)
+    return {c.ENCODER_UTILIZATION.name: utilization / 100.0}
+
+
+def read_decoder(handle: Any, _: DriverFeatures) -> Values:
+    utilization, _period_us = pynvml.nvmlDeviceGetDecoderUtilization(handle)
+    return {c.DECODER_UTILIZATION.name: utilization / 100.0}
+
+
 def read_clock_events(handle: Any, features: DriverFeatures) -> frozenset[str]:
     """Active clock-event reasons; drivers before R535 only have the "throttle reasons" call."""
     if features.clock_event_reasons:
@@ -110,6 +121,24 @@ def read_clock_events(handle: Any, features: DriverFeatures) -> frozenset[str]:
 
 def _reasons(mask: int) -> frozenset[str]:
     return frozenset(name for name, bit in c.CLOCK_EVENT_REASONS.items() if mask & bit)
+
+
+# The inode of the kernel's initial PID namespace (include/linux/proc_ns.h PROC_PID_INIT_INO).
+HOST_PID_NAMESPACE_INODE = 0xEFFFFFFC
+
+
+def in_host_pid_namespace(ns_link: str = "/proc/self/ns/pid") -> bool | None:
+    """Whether this process shares the host's PID namespace (a pod with hostPID).
+
+    NVML lists only the compute processes of the caller's PID namespace: on a real H100, a
+    process in its own namespace saw an empty list while another namespace's process held
+    1.7 GB. Without hostPID the exporter sees none of the workloads' processes, so a zero
+    process count means nothing. None when it cannot be told (no /proc).
+    """
+    try:
+        return os.stat(ns_link).st_ino == HOST_PID_NAMESPACE_INODE
+    except OSError:
+        return None
 
 
 class ProcessReader:
@@ -164,6 +193,8 @@ READERS: Mapping[str, Reader] = MappingProxyType(
         t.SM_CLOCK.key: read_sm_clock,
         t.MEMORY_CLOCK.key: read_memory_clock,
         t.ECC.key: read_ecc,
+        t.ENCODER.key: read_encoder,
+        t.DECODER.key: read_decoder,
     }
 )
 
@@ -175,4 +206,10 @@ def readers_on(where: t.Where) -> Mapping[str, Reader]:
     A MIG instance has its own framebuffer slice and nothing else; utilization is skipped on
     MIG-enabled GPUs, where NVML never answers it.
     """
-    return MappingProxyType({row.key: READERS[row.key] for row in t.numbers_on(where)})
+    rows = (row for row in t.numbers_on(where) if row.source is t.Source.CALL)
+    return MappingProxyType({row.key: READERS[row.key] for row in rows})
+
+
+def fields_on(where: t.Where) -> tuple[t.Reading, ...]:
+    """The rows read through the device's one batched field-value call."""
+    return tuple(row for row in t.numbers_on(where) if row.source is t.Source.FIELDS)

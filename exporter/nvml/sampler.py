@@ -17,17 +17,22 @@ from typing import TypeVar
 
 import pynvml
 
+from kube_gpu_exporter.exporter.catalog.errors import NVML_ERROR_KINDS
 from kube_gpu_exporter.exporter.nvml.devices import Device, discover, text
+from kube_gpu_exporter.exporter.nvml.field_values import FieldReader
+from kube_gpu_exporter.exporter.nvml.gpm import GpmReader
 from kube_gpu_exporter.exporter.nvml.readings import (
     DriverFeatures,
     ProcessReader,
     Reader,
     error_kind,
+    fields_on,
+    in_host_pid_namespace,
     read_clock_events,
     readers_on,
 )
 from kube_gpu_exporter.exporter.nvml.xid_events import XidWatcher
-from kube_gpu_exporter.exporter.readings_table import CLOCK_EVENTS, PROCESSES, Where
+from kube_gpu_exporter.exporter.readings_table import CLOCK_EVENTS, GPM, PROCESSES, Where
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, NodeSample, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -64,7 +69,10 @@ class NvmlSampler:
         rediscover_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         watch_xids: bool = True,
+        gpm: GpmReader | None = None,
     ) -> None:
+        """`gpm`: the GPM reader, for a bench that must compute GPM on back-to-back cycles
+        (its clock decides when two samples are far enough apart)."""
         self._rediscover_seconds = rediscover_seconds
         self._clock = clock
         self._watch_xids = watch_xids
@@ -76,6 +84,9 @@ class NvmlSampler:
         self._discovered_at = 0.0
         self._features = DriverFeatures()
         self._process_reader = ProcessReader()
+        self._fields = FieldReader()
+        self._gpm = gpm or GpmReader()
+        self._host_pid_namespace = in_host_pid_namespace()
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, row key) NVML refused
         self._xids: XidWatcher | None = None
 
@@ -102,6 +113,7 @@ class NvmlSampler:
             self._shutdown_quietly()
             return False
         self._initialised = True
+        self._fields = FieldReader()  # a reloaded driver restarts its counters
         self._backoff = BACKOFF_START_SECONDS
         self._discovered_at = now
         log.info(
@@ -125,6 +137,7 @@ class NvmlSampler:
             self._xids = None
         if self._initialised:
             self._initialised = False
+            self._gpm.close()
             self._shutdown_quietly()
 
     # --- sampling ----------------------------------------------------------------------------
@@ -149,6 +162,7 @@ class NvmlSampler:
             driver_version=self._driver_version,
             devices=tuple(samples),
             errors=dict(errors),
+            host_pid_namespace=self._host_pid_namespace,
         )
 
     def _maybe_rediscover(self, errors: Counter[str]) -> None:
@@ -159,6 +173,9 @@ class NvmlSampler:
         try:
             self._devices = discover(self._devices)
             self._unsupported.clear()
+            uuids = {d.identity.uuid for gpu in self._devices for d in (gpu, *gpu.children)}
+            self._gpm.keep(uuids)
+            self._fields.forget(uuids)
         except pynvml.NVMLError as exc:
             if exc.value in SESSION_ERRORS:
                 raise _SessionLost from exc
@@ -178,6 +195,8 @@ class NvmlSampler:
                 raise _DeviceLost
             where = Where.MIG_ENABLED_GPU if device.mig_enabled else Where.GPU
             values = self._read(device, readers_on(where), errors)
+            labelled = self._field_values(device, where, values, errors)
+            values.update(self._gpm_values(device, device, errors))
             clock_events = self._optional(
                 device,
                 CLOCK_EVENTS.key,
@@ -190,7 +209,8 @@ class NvmlSampler:
                 DeviceSample(
                     child.identity,
                     True,
-                    self._read(child, readers_on(Where.MIG_INSTANCE), errors),
+                    self._read(child, readers_on(Where.MIG_INSTANCE), errors)
+                    | self._gpm_values(child, device, errors),
                     processes=self._processes(child, False, errors),
                 )
                 for child in device.children
@@ -199,8 +219,36 @@ class NvmlSampler:
             errors["gpu_is_lost"] += 1
             down = [DeviceSample(identity, up=False, xid_counts=xids)]
             return down + [DeviceSample(child.identity, up=False) for child in device.children]
-        gpu = DeviceSample(identity, True, values, clock_events, xids, processes)
+        gpu = DeviceSample(identity, True, values, clock_events, xids, processes, labelled)
         return [gpu, *children]
+
+    def _field_values(
+        self, device: Device, where: Where, values: dict[str, float], errors: Counter[str]
+    ) -> dict[tuple[str, str], float]:
+        """The GPU's batched field values: plain ones into `values`, labelled ones returned."""
+        rows = fields_on(where)
+        uuid = device.identity.uuid
+        result = self._optional(
+            device, "fields", lambda: self._fields.read(uuid, device.handle, rows), errors
+        )
+        if result is None:
+            return {}
+        values.update(result.values)
+        errors.update(NVML_ERROR_KINDS.get(code, "other") for code in result.failed)
+        return result.labelled
+
+    def _gpm_values(self, target: Device, gpu: Device, errors: Counter[str]) -> dict[str, float]:
+        """GPM metrics of a GPU (target is gpu) or of one of its MIG instances."""
+        instance = target.identity.gpu_instance_id if target is not gpu else None
+
+        def read() -> dict[str, float]:
+            if not self._gpm.supported(gpu.identity.uuid, gpu.handle):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            values, failed = self._gpm.read(target.identity.uuid, gpu.handle, instance)
+            errors.update(NVML_ERROR_KINDS.get(code, "other") for code in failed)
+            return values
+
+        return self._optional(target, GPM.key, read, errors) or {}
 
     def _processes(
         self, device: Device, with_utilization: bool, errors: Counter[str]

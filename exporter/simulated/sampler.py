@@ -14,9 +14,11 @@ from collections.abc import Callable
 from kube_gpu_exporter.exporter.readings_table import (
     CLOCK_EVENTS,
     PROCESSES,
+    Source,
     Where,
     faulted_functions,
     numbers_on,
+    unsupported_values,
 )
 from kube_gpu_exporter.exporter.simulated.scenario import DeviceState, MigState, NodeState, Scenario
 from kube_gpu_exporter.exporter.snapshot import (
@@ -24,23 +26,41 @@ from kube_gpu_exporter.exporter.snapshot import (
     DeviceSample,
     NodeSample,
     ProcessSample,
+    gpu_share,
 )
+
+# A GPU's MIG slices (A100 and H100: 7), what the fake's nvmlDeviceGetMaxMigDeviceCount says.
+MIG_SLICES = 7
 
 
 def _values(
-    state: DeviceState | MigState, where: Where, faulted: frozenset[str]
-) -> dict[str, float]:
+    state: DeviceState | MigState, where: Where, unsupported: frozenset[str], links: int = 0
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
     """The numbers NVML would give for this kind of device, from the readings table.
 
-    A row is dropped when one of its NVML functions is faulted: one unsupported key drops
-    every reading of that call (both clocks come from one), as NOT_SUPPORTED on a real driver.
+    A row read by its own call is dropped when one of its NVML functions is faulted: one
+    unsupported key drops every reading of that call (both clocks come from one), as
+    NOT_SUPPORTED on a real driver. Field values and GPM metrics drop value by value. Values
+    of labelled metrics go to the second map, one per NVLink for a per-link field.
     """
-    return {
-        value.metric.name: float(state.readings[value.state]) * value.scale
-        for row in numbers_on(where)
-        if faulted.isdisjoint(row.functions)
-        for value in row.values
-    }
+    faulted = faulted_functions(unsupported)
+    plain: dict[str, float] = {}
+    labelled: dict[tuple[str, str], float] = {}
+    for row in numbers_on(where):
+        if not faulted.isdisjoint(row.functions) and row.source is Source.CALL:
+            continue
+        dropped = unsupported_values(row, unsupported)
+        for value in row.values:
+            if value.state in dropped:
+                continue
+            number = float(state.readings[value.state]) * value.scale
+            if value.per_link:
+                labelled.update({(value.metric.name, str(n)): number for n in range(links)})
+            elif value.label:
+                labelled[(value.metric.name, value.label)] = number
+            else:
+                plain[value.metric.name] = number
+    return plain, labelled
 
 
 def _processes(
@@ -67,6 +87,7 @@ def _processes(
 
 def _mig_identity(parent: DeviceIdentity, mig: MigState) -> DeviceIdentity:
     return DeviceIdentity(
+        share=gpu_share(mig.profile, None, MIG_SLICES),
         index=parent.index,
         uuid=mig.uuid,
         model=parent.model,
@@ -94,14 +115,15 @@ def _device_samples(device: DeviceState, errors: Counter[str]) -> list[DeviceSam
         return down + [DeviceSample(mig_identity, up=False) for mig_identity, _ in migs]
     faulted = faulted_functions(device.unsupported)
     where = Where.MIG_ENABLED_GPU if device.mig else Where.GPU
-    values = _values(device, where, faulted)
+    values, labelled = _values(device, where, device.unsupported, device.nvlink_links)
     clock_events = device.clock_events if faulted.isdisjoint(CLOCK_EVENTS.functions) else None
-    gpu = DeviceSample(identity, True, values, clock_events, xids, _processes(device, faulted))
+    processes = _processes(device, faulted)
+    gpu = DeviceSample(identity, True, values, clock_events, xids, processes, labelled)
     return [gpu] + [
         DeviceSample(
             mig_identity,
             up=True,
-            values=_values(mig, Where.MIG_INSTANCE, faulted),
+            values=_values(mig, Where.MIG_INSTANCE, device.unsupported)[0],
             processes=_processes(device, faulted, mig),
         )
         for mig_identity, mig in migs

@@ -32,12 +32,14 @@ from pydantic import (
 from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem, yaml_problem
 from kube_gpu_exporter.exporter.readings_table import (
+    CLOCK_EVENT_DURATIONS,
     CLOCK_EVENTS,
     POWER,
     READINGS,
     Kind,
     ScenarioField,
     Where,
+    declarable,
     numbers_on,
 )
 from kube_gpu_exporter.exporter.units import parse_duration, parse_size
@@ -60,8 +62,9 @@ Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
 Ratio = Annotated[float, Field(ge=0, le=1)]
 ClockEvent = Annotated[str, Field(pattern="^(" + "|".join(CLOCK_EVENT_REASONS) + ")$")]
 
-# Reading keys that may be declared unsupported (NVML answers NOT_SUPPORTED for them).
-READING_KEYS = tuple(key for row in READINGS for key in row.unsupported)
+# Reading keys that may be declared unsupported (NVML answers NOT_SUPPORTED for them): a row's
+# keys, and each value of a field-value or GPM row on its own.
+READING_KEYS = tuple(key for row in READINGS for key in declarable(row))
 ReadingKey = Annotated[str, Field(pattern="^(" + "|".join(READING_KEYS) + ")$")]
 
 # The values a scenario may set under `readings:`, from the readings table.
@@ -138,6 +141,7 @@ class DeviceSpec(_Model):
     memory_reserved_bytes: Bytes = 512 << 20
     power_limit_watts: Annotated[float, Field(gt=0)] = 700.0
     energy_joules: Annotated[float, Field(ge=0)] = 0.0
+    nvlink_links: Annotated[int, Field(ge=0, le=18)] = 0  # NVLinks the field values report
     readings: Readings = Readings()
     unsupported: list[ReadingKey] = []
     processes: list[Process] = []
@@ -229,6 +233,7 @@ class DeviceState(_ByName):
     readings: Mapping[str, float] = field(hash=False)  # the table's and the spec's fixed ones
     clock_events: frozenset[str]
     unsupported: frozenset[str]
+    nvlink_links: int
     xids: tuple[int, ...]  # every Xid event up to now, oldest first
     processes: tuple[Process, ...]
     mig: tuple[MigState, ...]
@@ -245,6 +250,8 @@ _NUMERIC = [name for name, value in FIELDS.items() if value.kind is not Kind.REA
 _MIG = [f.name for row in numbers_on(Where.MIG_INSTANCE) for f in row.fields]
 _POWER = POWER.fields[0].name  # energy is the integral of its curve
 _CLOCK_EVENTS = CLOCK_EVENTS.fields[0].name
+# clock-event reason → the scenario value of its duration counter
+_DURATIONS = {v.label: v.state for v in CLOCK_EVENT_DURATIONS.values}
 
 
 def _number(name: str, value: Any) -> float:
@@ -281,6 +288,22 @@ def _energy_at(device: DeviceSpec, frames: list[Keyframe], t: float) -> float:
         b = _value_at(_POWER, device.readings, frames, right - 1e-9)
         joules += (a + b) / 2 * (right - left)
     return joules
+
+
+def _throttled_seconds(device: DeviceSpec, frames: list[Keyframe], t: float) -> dict[str, float]:
+    """Each duration counter's value: its own scenario value plus the time its clock-event
+    reason was active up to t, so a throttling timeline drives the counter as a driver would."""
+    changes = (f.at for f in frames if getattr(f.readings, _CLOCK_EVENTS) is not None)
+    points = [p for p in sorted({0.0, t, *changes}) if p <= t]
+    active: dict[str, float] = dict.fromkeys(_DURATIONS, 0.0)
+    for left, right in itertools.pairwise(points):
+        for reason in _value_at(_CLOCK_EVENTS, device.readings, frames, left):
+            if reason in active:
+                active[reason] += right - left
+    return {
+        state: _value_at(state, device.readings, frames, t) + active[reason]
+        for reason, state in _DURATIONS.items()
+    }
 
 
 class Scenario:
@@ -341,9 +364,11 @@ class Scenario:
                 "memory_reserved_bytes": spec.memory_reserved_bytes,
                 "power_limit_watts": spec.power_limit_watts,
                 "energy_joules": _energy_at(spec, frames, t),
+                **_throttled_seconds(spec, frames, t),
             },
             clock_events=frozenset(values[_CLOCK_EVENTS]),
             unsupported=frozenset(spec.unsupported),
+            nvlink_links=spec.nvlink_links,
             xids=tuple(x for f in past for x in f.xid),
             processes=tuple(spec.processes if processes is None else processes),
             mig=mig,

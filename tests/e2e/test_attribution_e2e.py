@@ -25,7 +25,7 @@ devices:
   - uuid: GPU-22222222-0000-4000-8000-000000000000
     mig:
       - {profile: 3g.40gb, gpu_instance_id: 1, uuid: MIG-33333333-0000-4000-8000-000000000000,
-         memory_total_bytes: 40GiB, readings: {memory_used_bytes: 5GiB}}
+         memory_total_bytes: 40GiB, readings: {memory_used_bytes: 5GiB, graphics_active: 0.4}}
       - {profile: 3g.40gb, gpu_instance_id: 2, uuid: MIG-44444444-0000-4000-8000-000000000000,
          memory_total_bytes: 40GiB, readings: {memory_used_bytes: 7GiB}}
   - uuid: GPU-55555555-0000-4000-8000-000000000000
@@ -125,7 +125,8 @@ def test_every_sharing_mode_through_metrics(tmp_path: Path) -> None:
                 GPU(2),
             )
             assert values(parsed, "nvidia_gpu_pod_memory_used_bytes", pod="mixed-0") == [5 * 2**30]
-            assert values(parsed, "nvidia_gpu_pod_utilization_ratio", pod="mixed-0") == []
+            # An H100 MIG instance's activity is its own GPM engine activity (Ampere: absent).
+            assert values(parsed, "nvidia_gpu_pod_utilization_ratio", pod="mixed-0") == [0.4]
             single = allocation(exporter, "single-0")
             assert (single["resource"], single["gpu_instance_id"]) == ("nvidia.com/gpu", "2")
 

@@ -451,7 +451,7 @@ devices:
     memory_total_bytes: 40GiB
     memory_reserved_bytes: 0
     power_limit_watts: 400.0
-    unsupported: [energy]
+    unsupported: [energy, gpm]
     readings: {utilization: 0.125, temperature_celsius: 30.5, power_watts: 55.55,
                clock_events: [gpu_idle, sw_thermal_slowdown]}
     processes: [{pid: 9, used_memory_bytes: 1MiB, sm_utilization: 0.5, gpu_instance_id: 2}]
@@ -477,6 +477,15 @@ devices:
         "clocks 1980 2619",
         "clock_events 0x21",
         "ecc 0 0",
+        "codec 0 0",
+        # field values: <id> <scope> <bits> <value in NVML's unit>
+        *(f"field {f} 0 32 0" for f in (197, 198, 94)),
+        *(f"field {f} 0 64 0" for f in (142, 143, 144, 145)),
+        "field 230 0 32 0",
+        "field 82 0 32 40",
+        *(f"field {f} 0 64 0" for f in (269, 270, 271)),
+        "field 190 0 32 400000",
+        "gpm_supported 0",  # an A100: no GPM, so no gpm and no mig_gpm lines
         "error nvmlDeviceGetIndex 999",
         "error nvmlDeviceGetTotalEnergyConsumption 3",
         f"mig 2 0 2 {10 * GIB} 0 MIG-y NVIDIA A100-SXM4-40GB MIG 2g.10gb",

@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pynvml
 import pytest
 
 from fakenvml import write_state
+from kube_gpu_exporter.exporter.nvml.gpm import MIN_SAMPLE_GAP_SECONDS
 from kube_gpu_exporter.exporter.nvml.sampler import BACKOFF_START_SECONDS, NvmlSampler
 from kube_gpu_exporter.exporter.simulated.sampler import node_sample
 from kube_gpu_exporter.exporter.simulated.scenario import READING_KEYS, Scenario
@@ -64,6 +66,18 @@ class FakeClock:
         return self.now
 
 
+def second_cycle() -> NodeSample:
+    """What the sampler reads in its second cycle, when GPM has two samples to compare and
+    the NVLink count is known: what the simulated backend plays from the start."""
+    sampler = NvmlSampler(watch_xids=False)
+    try:
+        sampler.sample()
+        time.sleep(MIN_SAMPLE_GAP_SECONDS + 0.02)
+        return sampler.sample()
+    finally:
+        sampler.close()
+
+
 def by_uuid(node: NodeSample) -> dict[str, DeviceSample]:
     return {d.identity.uuid: d for d in node.devices}
 
@@ -72,11 +86,7 @@ def test_nvml_reads_what_the_simulated_backend_plays(state_file: Path) -> None:
     """Both backends of one scenario agree: whole GPUs, MIG instances, unsupported readings."""
     state = NODE.state_at(0)
     write_state(state_file, state)
-    sampler = NvmlSampler(watch_xids=False)
-    try:
-        read = sampler.sample()
-    finally:
-        sampler.close()
+    read = second_cycle()
     expected = node_sample(state)
     assert read.nvml_up and read.driver_version == "550.54.15"
     assert by_uuid(read) == by_uuid(expected)
@@ -102,11 +112,7 @@ devices:
 """
     ).state_at(0)
     write_state(state_file, state)
-    sampler = NvmlSampler(watch_xids=False)
-    try:
-        read = sampler.sample()
-    finally:
-        sampler.close()
+    read = second_cycle()
     assert by_uuid(read) == by_uuid(node_sample(state))
     assert read.errors == {}
 

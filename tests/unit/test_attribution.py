@@ -31,7 +31,7 @@ devices:
   - uuid: GPU-22222222-0000-4000-8000-000000000000
     mig:
       - {profile: 3g.40gb, gpu_instance_id: 1, uuid: MIG-33333333-0000-4000-8000-000000000000,
-         memory_total_bytes: 40GiB, readings: {memory_used_bytes: 5GiB}}
+         memory_total_bytes: 40GiB, readings: {memory_used_bytes: 5GiB, graphics_active: 0.35}}
       - {profile: 3g.40gb, gpu_instance_id: 2, uuid: MIG-44444444-0000-4000-8000-000000000000,
          memory_total_bytes: 40GiB}
   - uuid: GPU-55555555-0000-4000-8000-000000000000
@@ -140,8 +140,31 @@ def test_mig_mixed_and_single_strategy() -> None:
         ("3g.40gb", "nvidia.com/mig-3g.40gb"),
         ("3g.40gb", "nvidia.com/gpu"),
     ]
-    # MIG has no utilization: absent, while memory is the instance's own.
-    assert usage(attr)[("MIG-33333333-0000-4000-8000-000000000000", "trainer-0")] == (None, 5 * GIB)
+    # MIG has no NVML utilization: an H100 instance's activity is its own GPM engine activity.
+    assert usage(attr)[("MIG-33333333-0000-4000-8000-000000000000", "trainer-0")] == (
+        0.35,
+        5 * GIB,
+    )
+
+
+def test_mig_on_ampere_has_no_activity_source() -> None:
+    """No GPM before Hopper: a MIG holder's utilization is absent, never a made-up 0."""
+    a100 = node_sample(
+        Scenario.parse(
+            """
+devices:
+  - name: NVIDIA A100-SXM4-40GB
+    unsupported: [utilization, memory_bandwidth_utilization, gpm]
+    mig:
+      - {profile: 1g.5gb, gpu_instance_id: 13, uuid: MIG-66666666-0000-4000-8000-000000000000,
+         memory_total_bytes: 5GiB, readings: {memory_used_bytes: 1GiB}}
+"""
+        ).state_at(0)
+    ).devices
+    held = alloc(TRAINER, "nvidia.com/mig-1g.5gb", "MIG-66666666-0000-4000-8000-000000000000")
+    attr = attribute(a100, listing(held), Directory({}))
+    assert usage(attr) == {("MIG-66666666-0000-4000-8000-000000000000", "trainer-0"): (None, GIB)}
+    assert attr.allocations[0].device.share == pytest.approx(1 / 7)
 
 
 def test_capacity_unmapped_ids_and_terminated_pods() -> None:

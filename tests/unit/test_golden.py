@@ -1,7 +1,7 @@
 """The whole /metrics body for the demo scenario, against a committed golden file.
 
 Any change to names, labels, help texts or ordering shows up here as a diff a reviewer reads.
-Regenerate deliberately with `UPDATE_GOLDEN=1 pytest tests/test_golden.py`.
+Regenerate deliberately with `UPDATE_GOLDEN=1 pytest tests/unit/test_golden.py`.
 """
 
 from __future__ import annotations

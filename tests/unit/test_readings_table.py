@@ -21,6 +21,7 @@ from kube_gpu_exporter.exporter.readings_table import (
     READINGS,
     Reading,
     Shape,
+    Source,
     Where,
 )
 from kube_gpu_exporter.exporter.simulated.scenario import READING_KEYS, Readings, Scenario
@@ -29,9 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 C_SOURCE = SOURCE.read_text(encoding="utf-8")
 ROWS = {row.key: row for row in READINGS}
 
-# Device metrics that are not a reading: discovery gives the facts, `up` says whether the device
-# answered, and Xids come from the NVML event thread rather than a call per cycle.
-NOT_READINGS = {c.GPU_INFO, c.GPU_UP, c.XID_ERRORS}
+# Device metrics that are not a reading: discovery gives the facts (and a MIG instance's share),
+# `up` says whether the device answered, and Xids come from the NVML event thread rather than a
+# call per cycle.
+NOT_READINGS = {c.GPU_INFO, c.GPU_UP, c.SHARE, c.XID_ERRORS}
 
 # One GPU, one MIG-enabled GPU: every state value a row names must exist on them.
 NODE = Scenario.parse(
@@ -45,7 +47,7 @@ devices:
 
 def test_every_device_metric_nvml_reads_has_exactly_one_row() -> None:
     read = {m for m in c.ALL_METRICS if m.scope is c.Scope.DEVICE} - NOT_READINGS
-    rows = Counter(m for row in READINGS for m in row.metrics)
+    rows = Counter(m for row in READINGS for m in set(row.metrics))
     assert {m.name: rows[m] for m in read if rows[m] != 1} == {}, "rows per metric"
     assert {m.name for m in rows} <= {m.name for m in read}
 
@@ -59,13 +61,27 @@ def test_rows_have_distinct_keys_and_scenario_keys() -> None:
 
 def test_rows_of_numbers_follow_the_catalog_order() -> None:
     """The scenario's keys come in table order; the catalog's order is the one to keep."""
-    order = [m for row in READINGS if row.shape is Shape.NUMBERS for m in row.metrics]
-    assert order == list(c.DEVICE_VALUE_METRICS)
+    calls = [row for row in READINGS if row.shape is Shape.NUMBERS and row.source is Source.CALL]
+    order = [m for row in calls for m in row.metrics]
+    assert order == [*c.DEVICE_VALUE_METRICS, c.ENCODER_UTILIZATION, c.DECODER_UTILIZATION]
+    batched = [m for row in READINGS if row.source is not Source.CALL for m in row.metrics]
+    listed = [*c.PROFILING_METRICS, *c.HARDWARE_VALUE_METRICS, *c.HARDWARE_LABELLED_METRICS]
+    assert set(batched) == set(listed) - set(order)
 
 
 def test_every_row_has_a_reader() -> None:
-    numbers = {row.key for row in READINGS if row.shape is Shape.NUMBERS}
+    numbers = {
+        row.key for row in READINGS if row.shape is Shape.NUMBERS and row.source is Source.CALL
+    }
     assert set(READERS) == numbers
+    # Field values and GPM metrics are read in one batch per device, by their NVML ids.
+    for row in READINGS:
+        if row.source is not Source.CALL:
+            assert all(v.nvml_id > 0 for v in row.values), row.key
+            assert row.line is None and row.shape is Shape.NUMBERS, row.key
+    labelled = {v.metric for row in READINGS for v in row.values if v.label or v.per_link}
+    assert labelled == set(c.HARDWARE_LABELLED_METRICS)
+    assert all(len(m.labels) == 1 for m in labelled)
     # The NVML sampler reads the other shapes with their own code.
     assert {row.key: row.shape for row in READINGS if row.shape is not Shape.NUMBERS} == {
         CLOCK_EVENTS.key: Shape.REASONS,
@@ -99,9 +115,14 @@ def test_scenario_keys_exist_in_the_scenario_schema(row: Reading) -> None:
 def test_c_functions_and_state_line_are_in_the_fake(row: Reading) -> None:
     for function in row.functions:
         assert re.search(rf"\bAPI nvmlReturn_t {function}\(", C_SOURCE), function
-    for key in row.unsupported:
-        assert UNSUPPORTED_FUNCTIONS[key] == row.functions
-    if row.line is not None:
+    if row.source is Source.CALL:
+        for key in row.unsupported:
+            assert UNSUPPORTED_FUNCTIONS[key] == row.functions
+    if row.source is Source.FIELDS:
+        assert '!strcmp(key, "field")' in C_SOURCE
+    elif row.source is Source.GPM:
+        assert '!strcmp(key, "gpm")' in C_SOURCE and '!strcmp(key, "mig_gpm")' in C_SOURCE
+    elif row.line is not None:
         assert f'!strcmp(key, "{row.line.name}")' in C_SOURCE
         assert re.search(rf"^ \*   {row.line.name} ", C_SOURCE, re.MULTILINE), "C header"
     else:

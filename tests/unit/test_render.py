@@ -89,6 +89,44 @@ def test_unsupported_readings_drop_only_their_series() -> None:
     assert values(parsed, "nvidia_gpu_temperature_celsius", **gpu1) == [35]
 
 
+def test_profiling_counters_and_shares_render_with_their_labels() -> None:
+    parsed = samples(
+        render_node(
+            """
+devices:
+  - uuid: GPU-aaaaaaaa-0000-4000-8000-000000000000
+    nvlink_links: 2
+    unsupported: [fp64_active, remapped_rows]
+    readings: {sm_active: 0.5, tensor_active: 0.25, nvlink_transmit_bytes: 4096,
+               pcie_receive_bytes_per_second: 1048576}
+  - name: NVIDIA A100-SXM4-40GB
+    unsupported: [gpm]
+    mig:
+      - {profile: 3g.20gb, gpu_instance_id: 2, uuid: MIG-cccccccc-0000-4000-8000-000000000000,
+         memory_total_bytes: 20GiB}
+"""
+        )[0]
+    )
+    gpu0 = {"uuid": "GPU-aaaaaaaa-0000-4000-8000-000000000000"}
+    assert values(parsed, "nvidia_gpu_sm_active_ratio", **gpu0) == [0.5]
+    assert values(parsed, "nvidia_gpu_tensor_active_ratio", **gpu0) == [0.25]
+    assert values(parsed, "nvidia_gpu_pcie_receive_bytes_per_second", **gpu0) == [1 << 20]
+    assert values(parsed, "nvidia_gpu_fp64_active_ratio", **gpu0) == []  # that one alone
+    assert values(parsed, "nvidia_gpu_fp32_active_ratio", **gpu0) == [0]
+    assert values(parsed, "nvidia_gpu_nvlink_transmit_bytes_total", link="1", **gpu0) == [4096]
+    assert len(values(parsed, "nvidia_gpu_nvlink_transmit_bytes_total", **gpu0)) == 2
+    assert values(parsed, "nvidia_gpu_remapped_rows", **gpu0) == []
+    reasons = values(parsed, "nvidia_gpu_clock_event_duration_seconds_total", **gpu0)
+    assert reasons == [0, 0, 0]
+    # An Ampere GPU has no GPM: neither it nor its MIG instance has profiling series.
+    assert len(values(parsed, "nvidia_gpu_sm_active_ratio")) == 1
+    mig = {"uuid": "MIG-cccccccc-0000-4000-8000-000000000000"}
+    assert values(parsed, "nvidia_gpu_share_ratio", **mig) == [3 / 7]
+    assert values(parsed, "nvidia_gpu_share_ratio", **gpu0) == [1]
+    # The simulated backend cannot tell whether it would see the host's processes.
+    assert values(parsed, "kube_gpu_exporter_host_pid_namespace") == []
+
+
 def test_lost_gpu_is_down_and_the_rest_keep_reporting() -> None:
     parsed = samples(render_node()[0])
     lost = {"uuid": "GPU-dddddddd-0000-4000-8000-000000000000"}

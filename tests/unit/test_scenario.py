@@ -67,6 +67,9 @@ devices:
         ("devices: [{timeline: [{at: soon}]}]", "not a duration: 'soon'"),
         ("devices: [{readings: {clock_events: [too_hot]}}]", "clock_events[0]"),
         ("devices: [{mig: [{profile: 1g.10gb}]}]", "gpu_instance_id: required key is missing"),
+        ("devices: [{readings: {sm_active: 1.2}}]", "devices[0].readings.sm_active"),
+        ("devices: [{unsupported: [sm_activity]}]", "devices[0].unsupported[0]"),
+        ("devices: [{nvlink_links: 19}]", "devices[0].nvlink_links"),
         ("devices: [\n", "not valid YAML at line"),
         ("- just a list", "top level"),
     ],
@@ -92,3 +95,36 @@ def test_bundled_demo_scenario_is_valid() -> None:
     state = scenario.state_at(0)
     assert len(state.devices) == 5 and len(state.devices[3].mig) == 3
     assert len(scenario.spec.kubelet.pods) == 8 and scenario.spec.kubelet.replicas == {4: 4}
+
+
+def test_clock_event_durations_count_the_time_the_reason_was_active() -> None:
+    scenario = Scenario.parse(
+        """
+devices:
+  - readings: {hw_power_brake_slowdown_seconds: 5}
+    timeline:
+      - {at: 10s, readings: {clock_events: [sw_thermal_slowdown, hw_power_brake_slowdown]}}
+      - {at: 40s, readings: {clock_events: [gpu_idle]}}
+"""
+    )
+    at = {t: scenario.state_at(t).devices[0] for t in (5, 25, 100)}
+    assert at[5].sw_thermal_slowdown_seconds == 0
+    assert at[25].sw_thermal_slowdown_seconds == 15
+    assert at[100].sw_thermal_slowdown_seconds == 30  # held down from 10 s to 40 s
+    assert at[100].hw_power_brake_slowdown_seconds == 35  # its own 5 s, plus the 30
+    assert at[100].hw_thermal_slowdown_seconds == 0
+
+
+def test_gpm_values_are_per_gpu_and_per_mig_instance() -> None:
+    state = Scenario.parse(
+        """
+devices:
+  - readings: {sm_active: 0.5}
+    mig:
+      - {profile: 3g.40gb, gpu_instance_id: 2, memory_total_bytes: 40GiB,
+         readings: {sm_active: 0.25}, timeline: [{at: 10s, readings: {sm_active: 0.75}}]}
+"""
+    ).state_at(20)
+    device = state.devices[0]
+    assert device.sm_active == 0.5
+    assert device.mig[0].sm_active == 0.75

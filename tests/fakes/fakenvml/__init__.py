@@ -24,13 +24,26 @@ State file lines (the C file's header is the reference):
     clocks <sm MHz> <memory MHz>
     clock_events <mask, hex>
     ecc <corrected> <uncorrected>
+    codec <encoder %> <decoder %>
+    field <field id> <scope id> <32|64> <value>
+                                           (one per field value NVML answers; scope id: the
+                                           NVLink of a per-link field, else 0)
+    gpm_supported <0|1>
+    gpm <metric id> <value>                (a double in NVML's unit: percent, MiB/s)
     error <NVML function name> <code>      (one per faulted function)
     mig <gi> <ci> <slices> <total bytes> <used bytes> <uuid> <name to end of line>
+    mig_gpm <gi> <metric id> <value>       (a MIG instance's GPM metrics)
     process <pid> <used bytes> <gi> <ci> <sm %> <memory %>
     xid <code>                             (every Xid so far, oldest first)
 
-The value lines, memory to ecc, and the functions an `unsupported` key faults come from the
-readings table (exporter/readings_table.py): a new reading gets its line there.
+The value lines, memory to codec, the field and GPM lines, and the functions an `unsupported`
+key faults come from the readings table (exporter/readings_table.py): a new reading gets its
+line there. Rows read by their own calls (Source.CALL) have a line each and make their
+functions answer NOT_SUPPORTED when declared unsupported. Field-value and GPM rows (FIELDS,
+GPM) answer per value: a value declared unsupported, by its own key or its row's, just has no
+`field` or `gpm` line, and NVML answers NOT_SUPPORTED for that value alone (`unsupported: [gpm]`
+writes `gpm_supported 0`). A field value is written in NVML's unit modulo 2**bits, so a 32-bit
+counter wraps as the driver's does.
 """
 
 from __future__ import annotations
@@ -47,18 +60,33 @@ from types import MappingProxyType
 from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
-from kube_gpu_exporter.exporter.readings_table import MEMORY, READINGS, Encoding
-from kube_gpu_exporter.exporter.simulated.scenario import DeviceState, NodeState
+from kube_gpu_exporter.exporter.reading import NVML_UNIT
+from kube_gpu_exporter.exporter.readings_table import (
+    GPM,
+    MEMORY,
+    READINGS,
+    Encoding,
+    Source,
+    Value,
+    faulted_functions,
+    unsupported_values,
+)
+from kube_gpu_exporter.exporter.simulated.scenario import DeviceState, MigState, NodeState
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
 LIBRARY_NAME = "libnvidia-ml.so.1"
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NO_INSTANCE = 0xFFFFFFFF  # NVML's gpuInstanceId/computeInstanceId outside MIG
+# NVML_FI_DEV_NVLINK_LINK_COUNT: the field the NVML sampler asks to learn how many links, and
+# so how many per-link fields, a GPU has. Written for GPUs with `nvlink_links` > 0.
+NVLINK_LINK_COUNT_FIELD = 91
 
-# A reading key declared `unsupported` in a scenario → the NVML functions that read it.
+# A reading key declared `unsupported` in a scenario → the NVML functions it makes answer
+# NOT_SUPPORTED. Only rows read by their own calls fault functions; field-value and GPM keys
+# drop their values' lines instead (see render_state).
 UNSUPPORTED_FUNCTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {key: row.functions for row in READINGS for key in row.unsupported}
+    {key: row.functions for row in READINGS if row.source is Source.CALL for key in row.unsupported}
 )
 
 _NO_ERRORS: Mapping[tuple[int, str], int] = MappingProxyType({})
@@ -102,6 +130,32 @@ def _whole(value: float) -> int:
     return max(0, math.floor(value + 0.5))
 
 
+def _in_nvml_unit(value: float, encoding: Encoding) -> float:
+    """A state value in NVML's unit: the inverse of reading.from_nvml, so a reader gets back
+    the value the scenario wrote. Sub-unit factors multiply by their whole inverse, as
+    from_nvml divides by it; ints stay ints at factor 1 (no float rounding above 2**53)."""
+    factor = NVML_UNIT[encoding]
+    if factor == 1:
+        return value
+    return value * round(1 / factor) if factor < 1 else value / factor
+
+
+def _nvml_integer(value: float, encoding: Encoding) -> int:
+    """An integer NVML number: rounded half up, never negative."""
+    number = _in_nvml_unit(value, encoding)
+    return max(0, number) if isinstance(number, int) else _whole(number)
+
+
+def _nvml_double(value: float, encoding: Encoding) -> str:
+    """A GPM double, never negative, in its shortest exact form (repr). A sub-unit factor's
+    product is rounded to 9 decimals first, which sheds the multiplication's error (0.29 * 100
+    is 28.999999999999996 → 29.0) so that dividing back gives a short decimal exactly."""
+    number = float(_in_nvml_unit(value, encoding))
+    if NVML_UNIT[encoding] < 1:
+        number = round(number, 9)
+    return repr(max(0.0, number))
+
+
 def _clock_event_mask(names: frozenset[str]) -> int:
     mask = 0
     for name in names:
@@ -134,6 +188,10 @@ _ENCODE: Mapping[Encoding, Callable[[Any], str]] = MappingProxyType(
         Encoding.MILLI: lambda value: str(_whole(value * 1000)),
         Encoding.PERCENT: lambda value: str(_percent(value)),
         Encoding.MASK: lambda names: f"{_clock_event_mask(names):#x}",
+        Encoding.NANO: lambda value: str(_nvml_integer(value, Encoding.NANO)),
+        Encoding.KIB: lambda value: str(_nvml_integer(value, Encoding.KIB)),
+        Encoding.GPM_PERCENT: lambda value: _nvml_double(value, Encoding.GPM_PERCENT),
+        Encoding.GPM_MIB_RATE: lambda value: _nvml_double(value, Encoding.GPM_MIB_RATE),
     }
 )
 # The C header lists memory first; the other lines follow the table's order.
@@ -150,6 +208,59 @@ def _reading_lines(device: DeviceState) -> list[str]:
     return [" ".join(words) for words in lines.values()]
 
 
+def _field_lines(device: DeviceState) -> list[str]:
+    """`field` lines of the FIELDS rows' supported values, per link for per-link values.
+
+    A value is NVML's integer modulo 2**bits: a 32-bit counter past 2**32 reads wrapped.
+    """
+    lines = []
+    for row in READINGS:
+        if row.source is not Source.FIELDS:
+            continue
+        dropped = unsupported_values(row, device.unsupported)
+        for value in row.values:
+            if value.state in dropped:
+                continue
+            number = _nvml_integer(device.readings[value.state], value.encoding)
+            number %= 1 << value.bits
+            scopes = range(device.nvlink_links) if value.per_link else (0,)
+            lines += [f"field {value.nvml_id} {scope} {value.bits} {number}" for scope in scopes]
+    if device.nvlink_links > 0:
+        lines.append(f"field {NVLINK_LINK_COUNT_FIELD} 0 32 {device.nvlink_links}")
+    return lines
+
+
+def _gpm_values(device: DeviceState) -> tuple[Value, ...] | None:
+    """The GPM metrics the device counts; None when it has no GPM at all."""
+    if GPM.key in device.unsupported:
+        return None
+    dropped = unsupported_values(GPM, device.unsupported)
+    return tuple(value for value in GPM.values if value.state not in dropped)
+
+
+def _gpm_lines(device: DeviceState) -> list[str]:
+    values = _gpm_values(device)
+    if values is None:
+        return ["gpm_supported 0"]
+    return ["gpm_supported 1"] + [
+        f"gpm {v.nvml_id} {_nvml_double(device.readings[v.state], v.encoding)}" for v in values
+    ]
+
+
+def _mig_gpm_lines(device: DeviceState) -> list[str]:
+    """Each GPU instance's GPM metrics, once per instance id (GPM samples a GPU instance,
+    not a compute instance: the first MIG device of the instance gives its values)."""
+    values = _gpm_values(device) or ()
+    instances: dict[int, MigState] = {}
+    for mig in device.mig:
+        instances.setdefault(mig.gpu_instance_id, mig)
+    return [
+        f"mig_gpm {gi} {v.nvml_id} {_nvml_double(mig.readings[v.state], v.encoding)}"
+        for gi, mig in instances.items()
+        for v in values
+    ]
+
+
 def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
     lines = [
         f"device {device.index}",
@@ -158,6 +269,8 @@ def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
         f"pci_bus_id {_token(device.pci_bus_id, 'pci_bus_id')}",
         f"lost {int(device.lost)}",
         *_reading_lines(device),
+        *_field_lines(device),
+        *_gpm_lines(device),
     ]
     lines += [f"error {_token(fn, 'function')} {code}" for fn, code in sorted(errors.items())]
     for mig in device.mig:
@@ -167,6 +280,7 @@ def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
             f" {mig.memory_total_bytes} {mig.memory_used_bytes} {_token(mig.uuid, 'uuid')}"
             f" {name}"
         )
+    lines += _mig_gpm_lines(device)
     for proc in device.processes:
         gi = NO_INSTANCE if proc.gpu_instance_id is None else proc.gpu_instance_id
         ci = NO_INSTANCE if proc.compute_instance_id is None else proc.compute_instance_id
@@ -188,7 +302,8 @@ def render_state(
     """The state file text for `node` (None: a driver that reports no GPUs).
 
     `errors` maps (GPU index, NVML C function name) to the nvmlReturn_t that function must
-    answer for that GPU; it wins over the NOT_SUPPORTED (3) implied by `unsupported` keys.
+    answer for that GPU; it wins over the NOT_SUPPORTED (3) implied by `unsupported` keys of
+    rows read by their own calls (the keys of field-value and GPM rows drop lines instead).
     """
     devices = node.devices if node is not None else ()
     known = {d.index for d in devices}
@@ -204,11 +319,9 @@ def render_state(
     if init_error is not None:
         lines.append(f"init_error {int(init_error)}")
     for device in devices:
-        per_function = {
-            fn: NVML_ERROR_NOT_SUPPORTED
-            for key in sorted(device.unsupported)
-            for fn in UNSUPPORTED_FUNCTIONS[key]
-        }
+        per_function = dict.fromkeys(
+            faulted_functions(device.unsupported), NVML_ERROR_NOT_SUPPORTED
+        )
         per_function |= {fn: code for (index, fn), code in errors.items() if index == device.index}
         lines += _device_lines(device, per_function)
     return "\n".join(lines) + "\n"

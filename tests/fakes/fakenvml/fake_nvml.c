@@ -10,6 +10,7 @@
  * Build:   cc -shared -fPIC -O2 -Wall -Wextra -o DIR/libnvidia-ml.so.1 fake_nvml.c -lpthread
  * Old driver variant: add -DFAKE_NVML_OLD_DRIVER; it does not export
  * nvmlDeviceGetMemoryInfo_v2 nor nvmlDeviceGetCurrentClocksEventReasons (pre-R510/R535).
+ * Both variants have field values and GPM.
  *
  * State file format: one directive per line; blank lines and lines starting with '#' are
  * ignored; integers are decimal, or hex with 0x. Node-wide lines:
@@ -36,6 +37,20 @@
  *   max_clocks <sm MHz> <memory MHz>   optional; default: the current clocks
  *   clock_events <mask>                nvmlClocksEventReason* bits
  *   ecc <corrected> <uncorrected>      volatile counters (aggregate reads the same)
+ *   codec <encoder %> <decoder %>      video engine utilization (sampling period 100000 us)
+ *   field <fieldId> <scopeId> <bits> <value>
+ *                                      one field value of nvmlDeviceGetFieldValues: scopeId 0,
+ *                                      or the NVLink of a per-link field; bits 32 (answered as
+ *                                      NVML_VALUE_TYPE_UNSIGNED_INT, value < 2^32) or 64
+ *                                      (UNSIGNED_LONG_LONG); at most 128 per device, each
+ *                                      (fieldId, scopeId) once
+ *   gpm_supported <0|1>                GPM (nvmlGpmQueryDeviceSupport); absent: 0
+ *   gpm <metricId> <value>             a GPM metric of the whole GPU: a double in NVML's unit
+ *                                      (percent 0-100, MiB/s)
+ *   mig_gpm <gi> <metricId> <value>    the same for the GPU's MIG instance with GPU instance
+ *                                      id <gi> (a gi of one of its `mig` lines); at most 256
+ *                                      gpm and mig_gpm lines per device, each metric once per
+ *                                      GPU and per gi
  *   error <nvml function name> <code>  that function returns <code> for this GPU (and its
  *                                      MIG devices), e.g. `error nvmlDeviceGetPowerUsage 3`
  *   mig <gi> <ci> <slices> <memory total> <memory used> <uuid> <name to end of line>
@@ -44,6 +59,20 @@
  *   process <pid> <used bytes> <gi> <ci> <sm%> <memory%>
  *                                      gi/ci 4294967295 when not in a MIG instance
  *   xid <code>                         every Xid so far, oldest first, one per line
+ *
+ * Field values: each requested (fieldId, scopeId) with a `field` line answers SUCCESS and its
+ * value, stamped now (CLOCK_REALTIME, us); one without answers NOT_SUPPORTED in its own
+ * nvmlReturn while the call succeeds. A MIG device handle answers NOT_SUPPORTED for every field.
+ * As on a real H100: fieldId 0 answers INVALID_ARGUMENT (timestamp 0), and so does the call
+ * when asked for no values at all.
+ *
+ * GPM: nvmlGpmSampleGet (whole GPU) and nvmlGpmMigSampleGet (a MIG-enabled GPU's handle and a
+ * GPU instance id) copy the GPU's, or the instance's, current gpm values into the sample with
+ * a CLOCK_MONOTONIC time. nvmlGpmMetricsGet answers sample2's values: per metric SUCCESS, or
+ * NOT_SUPPORTED for a metric sample2 has no value of. Samples less than 100 ms apart answer
+ * SUCCESS with 0.0 for every metric but DRAM_BW_UTIL (10), which reads NaN: what a real H100
+ * answers. Metric ids 0 and >= 210 answer INVALID_ARGUMENT each, more than 210 metrics fail the
+ * call (driver 580.159). On a GPU with `gpm_supported 0` sampling answers NOT_SUPPORTED.
  *
  * Xid events: each event set delivers, per registered GPU, the entries of that GPU's xid
  * list that it has not delivered yet (a set starts at the beginning of the list, so Xids
@@ -54,6 +83,7 @@
  * malformed one with UNKNOWN (999). After init, a file that disappears or is malformed
  * leaves the last good state in place (the parse error is printed to stderr).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -90,6 +120,8 @@ enum {
 #define MAX_SETS 64
 #define MAX_REGS MAX_GPUS
 #define STR 96
+#define MAX_FIELDS 128
+#define MAX_GPM 256 /* gpm + mig_gpm lines per device */
 
 #define EVENT_XID 0x8ULL
 /* SingleBitEcc, PState, DoubleBitEcc, Xid, Clock: what a data-centre GPU reports. */
@@ -98,6 +130,15 @@ enum {
 #define MEMORY_V2 0x02000028u
 #define SMS_PER_SLICE 16u /* H100: 16 SMs per GPU-instance slice */
 #define GPU_SMS 132u
+#define CODEC_PERIOD_US 100000u /* what a real H100 says */
+#define VALUE_TYPE_UNSIGNED_INT 1u
+#define VALUE_TYPE_UNSIGNED_LONG_LONG 3u
+#define GPM_VERSION 1u           /* NVML_GPM_SUPPORT_VERSION, NVML_GPM_METRICS_GET_VERSION */
+/* Driver 580.159 on an H100: numMetrics above 210 fails the call, metric ids 0 and >= 210
+ * answer INVALID_ARGUMENT each (its NVML_GPM_METRIC_MAX; pynvml 13's array holds 477). */
+#define GPM_METRIC_MAX 210u
+#define GPM_METRIC_DRAM_BW_UTIL 10u
+#define GPM_MIN_GAP_NS 100000000LL /* samples closer than 100 ms measure nothing */
 
 typedef int nvmlReturn_t;
 
@@ -137,6 +178,44 @@ typedef struct {
     unsigned long long eventType, eventData;
     unsigned gpuInstanceId, computeInstanceId;
 } event_data_t;
+typedef union {
+    double dVal;
+    unsigned uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} value_t;
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned valueType;
+    nvmlReturn_t nvmlReturn;
+    value_t value;
+} field_value_t;
+typedef struct {
+    unsigned version, isSupportedDevice;
+} gpm_support_t;
+typedef struct {
+    unsigned metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName, *longName, *unit;
+    } metricInfo;
+} gpm_metric_t;
+/* nvml.h sizes metrics[NVML_GPM_METRIC_MAX], a number that grows between releases: only
+ * metrics[0 .. numMetrics-1] are ever touched. */
+typedef struct {
+    unsigned version, numMetrics;
+    void *sample1, *sample2;
+    gpm_metric_t metrics[];
+} gpm_metrics_get_t;
+_Static_assert(sizeof(field_value_t) == 40, "nvmlFieldValue_t");
+_Static_assert(sizeof(gpm_support_t) == 8, "nvmlGpmSupport_t");
+_Static_assert(sizeof(gpm_metric_t) == 40, "nvmlGpmMetric_t");
+_Static_assert(offsetof(gpm_metrics_get_t, metrics) == 24, "nvmlGpmMetricsGet_t");
 
 /* ---- the state ---- */
 typedef struct {
@@ -153,6 +232,15 @@ typedef struct {
     unsigned long long total, used;
 } mig_t;
 typedef struct {
+    unsigned id, scope, bits;
+    unsigned long long value;
+} field_t;
+typedef struct {
+    unsigned gi; /* NO_INSTANCE: the whole GPU (a `gpm` line), else a `mig_gpm` line's */
+    unsigned id;
+    double value;
+} gpm_t;
+typedef struct {
     char uuid[STR], name[STR], pci[32];
     int lost;
     unsigned long long mem_total, mem_reserved, mem_used;
@@ -161,6 +249,12 @@ typedef struct {
     unsigned sm_clock, mem_clock, max_sm_clock, max_mem_clock;
     int have_max_clocks;
     unsigned long long clock_events, ecc_corrected, ecc_uncorrected;
+    unsigned enc_util, dec_util;
+    unsigned nfield;
+    field_t field[MAX_FIELDS];
+    int gpm_supported;
+    unsigned ngpm;
+    gpm_t gpm[MAX_GPM];
     unsigned nerror;
     override_t error[MAX_ERRORS];
     unsigned nmig;
@@ -210,6 +304,31 @@ static void copy_str(char *dst, size_t size, const char *src) {
 static int parse_error(const char *path, int line, const char *what) {
     fprintf(stderr, "fake-nvml: %s line %d: %s\n", path, line, what);
     return -1;
+}
+
+static const field_t *find_field(const gpu_t *g, unsigned id, unsigned scope) {
+    for (unsigned i = 0; i < g->nfield; i++)
+        if (g->field[i].id == id && g->field[i].scope == scope)
+            return &g->field[i];
+    return NULL;
+}
+
+static int has_gpm(const gpu_t *g, unsigned gi, unsigned id) {
+    for (unsigned i = 0; i < g->ngpm; i++)
+        if (g->gpm[i].gi == gi && g->gpm[i].id == id)
+            return 1;
+    return 0;
+}
+
+/* A `gpm` (gi NO_INSTANCE) or `mig_gpm` line's value; 0 if it fits, else -1. */
+static int add_gpm(gpu_t *g, unsigned gi, unsigned id, double value) {
+    if (g->ngpm >= MAX_GPM || has_gpm(g, gi, id))
+        return -1;
+    g->gpm[g->ngpm].gi = gi;
+    g->gpm[g->ngpm].id = id;
+    g->gpm[g->ngpm].value = value;
+    g->ngpm++;
+    return 0;
 }
 
 /* Parses `path` into `out`. Returns 0, -1 (malformed) or -2 (cannot open). */
@@ -293,6 +412,38 @@ static int parse_state(const char *path, state_t *out) {
         } else if (!strcmp(key, "ecc")) {
             if (sscanf(rest, "%llu %llu", &g->ecc_corrected, &g->ecc_uncorrected) != 2)
                 rc = parse_error(path, line, "ecc <corrected> <uncorrected>");
+        } else if (!strcmp(key, "codec")) {
+            if (sscanf(rest, "%u %u", &g->enc_util, &g->dec_util) != 2)
+                rc = parse_error(path, line, "codec <encoder%> <decoder%>");
+        } else if (!strcmp(key, "field")) {
+            field_t f;
+            if (g->nfield >= MAX_FIELDS ||
+                sscanf(rest, "%u %u %u %llu", &f.id, &f.scope, &f.bits, &f.value) != 4 ||
+                (f.bits != 32 && f.bits != 64) || (f.bits == 32 && f.value > 0xFFFFFFFFull) ||
+                find_field(g, f.id, f.scope))
+                rc = parse_error(path, line,
+                                 "field <id> <scope> <32|64> <value> (fits the bits; each id and "
+                                 "scope once; at most 128 per device)");
+            else
+                g->field[g->nfield++] = f;
+        } else if (!strcmp(key, "gpm_supported")) {
+            if (sscanf(rest, "%d", &g->gpm_supported) != 1)
+                rc = parse_error(path, line, "gpm_supported <0|1>");
+        } else if (!strcmp(key, "gpm")) {
+            unsigned id;
+            double value;
+            if (sscanf(rest, "%u %lf", &id, &value) != 2 || add_gpm(g, NO_INSTANCE, id, value))
+                rc = parse_error(path, line,
+                                 "gpm <metric id> <value> (each metric once; at most 256 gpm "
+                                 "and mig_gpm lines per device)");
+        } else if (!strcmp(key, "mig_gpm")) {
+            unsigned gi, id;
+            double value;
+            if (sscanf(rest, "%u %u %lf", &gi, &id, &value) != 3 || gi == NO_INSTANCE ||
+                add_gpm(g, gi, id, value))
+                rc = parse_error(path, line,
+                                 "mig_gpm <gi> <metric id> <value> (each metric once per gi; at "
+                                 "most 256 gpm and mig_gpm lines per device)");
         } else if (!strcmp(key, "error")) {
             override_t *e = &g->error[g->nerror];
             if (g->nerror >= MAX_ERRORS || sscanf(rest, "%63s %i", e->fn, &e->code) != 2)
@@ -470,6 +621,13 @@ static nvmlReturn_t put_str(char *dst, unsigned length, const char *src) {
 
 static unsigned long long sub0(unsigned long long a, unsigned long long b) {
     return a > b ? a - b : 0;
+}
+
+/* Wall-clock microseconds: NVML's sample and field-value timestamps. */
+static unsigned long long realtime_us(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000;
 }
 
 /* ---- init and system ---- */
@@ -804,6 +962,236 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *device, unsigned errorType,
     LEAVE(NVML_SUCCESS);
 }
 
+/* The video encoder and decoder: whole GPUs only (a MIG device handle: NOT_SUPPORTED). */
+API nvmlReturn_t nvmlDeviceGetEncoderUtilization(void *device, unsigned *utilization,
+                                                 unsigned *samplingPeriodUs) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!utilization || !samplingPeriodUs)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *utilization = t.gpu->enc_util;
+    *samplingPeriodUs = CODEC_PERIOD_US;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetDecoderUtilization(void *device, unsigned *utilization,
+                                                 unsigned *samplingPeriodUs) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!utilization || !samplingPeriodUs)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *utilization = t.gpu->dec_util;
+    *samplingPeriodUs = CODEC_PERIOD_US;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- field values ---- */
+
+/* Every entry answers on its own: the GPU's `field` line for (fieldId, scopeId), else
+ * NOT_SUPPORTED (fieldId 0: INVALID_ARGUMENT); the call succeeds either way, but for no entries
+ * at all (INVALID_ARGUMENT, as a real H100 answers). `error nvmlDeviceGetFieldValues <code>`,
+ * a lost GPU and delay_ms apply to the call as a whole. MIG device handles have no field
+ * values. */
+API nvmlReturn_t nvmlDeviceGetFieldValues(void *device, int valuesCount, field_value_t *values) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (valuesCount <= 0 || !values)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    long long now_us = (long long)realtime_us();
+    for (int i = 0; i < valuesCount; i++) {
+        field_value_t *v = &values[i];
+        const field_t *f = t.mig ? NULL : find_field(t.gpu, v->fieldId, v->scopeId);
+        v->timestamp = now_us;
+        v->latencyUsec = 0;
+        memset(&v->value, 0, sizeof(v->value));
+        if (v->fieldId == 0) {
+            v->timestamp = 0;
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+        } else if (!f) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (f->bits == 32) {
+            v->nvmlReturn = NVML_SUCCESS;
+            v->valueType = VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = (unsigned)f->value;
+        } else {
+            v->nvmlReturn = NVML_SUCCESS;
+            v->valueType = VALUE_TYPE_UNSIGNED_LONG_LONG;
+            v->value.ullVal = f->value;
+        }
+    }
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- GPM (GPU performance monitoring) ---- */
+
+/* An nvmlGpmSample_t: heap-allocated, and listed so that a handle can be checked. */
+typedef struct gpm_sample {
+    struct gpm_sample *next;
+    const gpu_t *gpu;   /* NULL until a SampleGet fills it */
+    unsigned gi;        /* NO_INSTANCE: the whole GPU */
+    long long taken_ns; /* CLOCK_MONOTONIC */
+    unsigned n;
+    struct {
+        unsigned id;
+        double value;
+    } metric[MAX_GPM];
+} gpm_sample_t;
+
+static gpm_sample_t *g_samples;
+
+static gpm_sample_t *find_sample(const void *handle) {
+    for (gpm_sample_t *s = g_samples; s; s = s->next)
+        if ((const void *)s == handle)
+            return s;
+    return NULL;
+}
+
+static long long monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Records the device, the time and a copy of its current gpm (gi NO_INSTANCE) or mig_gpm
+ * values. */
+static void take_sample(gpm_sample_t *s, const gpu_t *g, unsigned gi) {
+    s->gpu = g;
+    s->gi = gi;
+    s->taken_ns = monotonic_ns();
+    s->n = 0;
+    for (unsigned i = 0; i < g->ngpm; i++) {
+        if (g->gpm[i].gi != gi)
+            continue;
+        s->metric[s->n].id = g->gpm[i].id;
+        s->metric[s->n].value = g->gpm[i].value;
+        s->n++;
+    }
+}
+
+/* A MIG device handle answers its parent GPU's support. */
+API nvmlReturn_t nvmlGpmQueryDeviceSupport(void *device, gpm_support_t *gpmSupport) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!gpmSupport)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != GPM_VERSION)
+        LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = t.gpu->gpm_supported ? 1 : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlGpmSampleAlloc(void **gpmSample) {
+    ENTER();
+    if (!gpmSample)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    gpm_sample_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        LEAVE(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    s->next = g_samples;
+    g_samples = s;
+    *gpmSample = s;
+    LEAVE(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlGpmSampleFree(void *gpmSample) {
+    ENTER();
+    for (gpm_sample_t **link = &g_samples; *link; link = &(*link)->next) {
+        if ((void *)*link == gpmSample) {
+            gpm_sample_t *s = *link;
+            *link = s->next;
+            free(s);
+            LEAVE(NVML_SUCCESS);
+        }
+    }
+    LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+}
+
+/* A whole GPU's sample; a MIG device handle answers NOT_SUPPORTED (nvmlGpmMigSampleGet takes
+ * the parent GPU's handle and the GPU instance id instead). */
+API nvmlReturn_t nvmlGpmSampleGet(void *device, void *gpmSample) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    gpm_sample_t *s = find_sample(gpmSample);
+    if (!s)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (!t.gpu->gpm_supported)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    take_sample(s, t.gpu, NO_INSTANCE);
+    LEAVE(NVML_SUCCESS);
+}
+
+/* One MIG instance's sample: `device` must be a MIG-enabled GPU's own handle and
+ * `gpuInstanceId` the gi of one of its `mig` lines, else INVALID_ARGUMENT (a real non-MIG H100
+ * answers so). */
+API nvmlReturn_t nvmlGpmMigSampleGet(void *device, unsigned gpuInstanceId, void *gpmSample) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    gpm_sample_t *s = find_sample(gpmSample);
+    if (!s)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (!t.gpu->gpm_supported)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    if (t.mig)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT); /* a MIG device's own handle */
+    int found = 0;
+    for (unsigned j = 0; j < t.gpu->nmig; j++)
+        found |= t.gpu->mig[j].gi == gpuInstanceId;
+    if (!found)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT); /* not MIG-enabled, or no such instance */
+    take_sample(s, t.gpu, gpuInstanceId);
+    LEAVE(NVML_SUCCESS);
+}
+
+/* The metrics between two samples of the same device (and instance): sample2's values. The
+ * call honours `error nvmlGpmMetricsGet <code>` of the samples' GPU; a GPU lost since sampling
+ * does not matter (the samples hold the numbers). metricInfo is left NULL. */
+API nvmlReturn_t nvmlGpmMetricsGet(gpm_metrics_get_t *metricsGet) {
+    ENTER();
+    if (!metricsGet)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (metricsGet->version != GPM_VERSION)
+        LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    const gpm_sample_t *s1 = find_sample(metricsGet->sample1);
+    const gpm_sample_t *s2 = find_sample(metricsGet->sample2);
+    if (!s1 || !s2 || !s1->gpu || s1->gpu != s2->gpu || s1->gi != s2->gi ||
+        metricsGet->numMetrics > GPM_METRIC_MAX)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    int rc = override(s2->gpu, __func__);
+    if (rc != NVML_SUCCESS)
+        LEAVE(rc);
+    /* Too close (or sample2 first): SUCCESS and 0, or NaN for DRAM_BW_UTIL, as on an H100. */
+    int too_close = s2->taken_ns - s1->taken_ns < GPM_MIN_GAP_NS;
+    for (unsigned i = 0; i < metricsGet->numMetrics; i++) {
+        gpm_metric_t *m = &metricsGet->metrics[i];
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        m->value = 0.0;
+        m->nvmlReturn = too_close ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+        if (m->metricId == 0 || m->metricId >= GPM_METRIC_MAX) {
+            m->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            continue;
+        }
+        if (too_close) {
+            if (m->metricId == GPM_METRIC_DRAM_BW_UTIL)
+                m->value = NAN;
+            continue;
+        }
+        for (unsigned k = 0; k < s2->n; k++) {
+            if (s2->metric[k].id == m->metricId) {
+                m->nvmlReturn = NVML_SUCCESS;
+                m->value = s2->metric[k].value;
+                break;
+            }
+        }
+    }
+    LEAVE(NVML_SUCCESS);
+}
+
 /* ---- MIG ---- */
 
 API nvmlReturn_t nvmlDeviceGetMigMode(void *device, unsigned *current, unsigned *pending) {
@@ -958,10 +1346,7 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device, process_sample_t 
         LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     if (t.gpu->nmig)
         LEAVE(NVML_ERROR_NOT_SUPPORTED);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    unsigned long long now_us =
-        (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000;
+    unsigned long long now_us = realtime_us();
     unsigned n = t.gpu->nproc;
     if (n == 0 || lastSeenTimeStamp >= now_us)
         LEAVE(NVML_ERROR_NOT_FOUND);
