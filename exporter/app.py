@@ -99,7 +99,8 @@ async def _serve(
     if args.dcgm_compat:
         from kube_gpu_exporter.exporter.exposition.dcgm_compat import DcgmCompat
 
-        dcgm_compat = DcgmCompat(hostname=args.node_name or None)  # None: the host name
+        # hostname None: the host name; schema: classic, 4.8.3 or 4.9 (the flag's value)
+        dcgm_compat = DcgmCompat(hostname=args.node_name or None, schema=args.dcgm_compat)
     collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat)
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
     app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)

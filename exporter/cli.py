@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from kube_gpu_exporter.demo import run as demo_cli
 from kube_gpu_exporter.exporter import __version__, app, logs
+from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.units import parse_duration
@@ -201,11 +202,22 @@ def build_parser() -> argparse.ArgumentParser:
     compat.add_argument(
         "--compat.dcgm-exporter",
         dest="dcgm_compat",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="also serve dcgm-exporter's metric names, units and labels (DCGM_FI_DEV_*, "
-        "Hostname from --kubernetes.node-name or the host name) beside ours, for dashboard "
-        "12239 and existing alerts during a migration",
+        nargs="?",
+        const=DCGM_SCHEMAS[0],
+        default=None,
+        choices=DCGM_SCHEMAS,
+        metavar="SCHEMA",
+        help="also serve dcgm-exporter's metric names, units and labels (DCGM_FI_*, the host "
+        "label from --kubernetes.node-name or the host name) beside ours, for dashboard 12239 "
+        "and existing alerts during a migration; SCHEMA is the dcgm-exporter they are written "
+        f"for: {', '.join(DCGM_SCHEMAS)} (the flag alone: {DCGM_SCHEMAS[0]}, up to 4.8.2)",
+    )
+    compat.add_argument(
+        "--no-compat.dcgm-exporter",
+        dest="dcgm_compat",
+        action="store_const",
+        const=None,
+        help="serve only our own names (the default)",
     )
     serve.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
