@@ -63,6 +63,11 @@ def ecc_errors(q: Query, metric: c.Metric, by: tuple[str, ...]) -> str:
     return agg("sum", by, f"increase({q.sel(metric)}[{RATE}])")
 
 
+def throttled_share(q: Query, by: tuple[str, ...]) -> str:
+    """The share of time the clocks were held down, per reason: a rate of seconds per second."""
+    return agg("sum", (*by, "reason"), f"rate({q.sel(c.CLOCK_EVENT_DURATION)}[{RATE}])")
+
+
 def hottest(q: Query, by: tuple[str, ...]) -> str:
     return agg("max", by, q.sel(c.TEMPERATURE))
 

@@ -1,6 +1,6 @@
 """Node and GPU detail: every device and MIG instance of the selected nodes — utilization,
-memory, temperature, power, clocks and clock events, errors — plus the exporter's own health
-and the pods holding the devices."""
+memory, GPM activity and traffic, temperature, power, clocks, clock events and throttled time,
+errors — plus the exporter's own health and the pods holding the devices."""
 
 from __future__ import annotations
 
@@ -114,6 +114,35 @@ def build(cfg: Config) -> Dashboard:
             ),
         ),
     )
+    gpm = "GPM profiling (Hopper and newer), per GPU and per MIG instance; absent before Hopper."
+    profiling = Row(
+        "Activity and traffic (GPM)",
+        (
+            ratio_series(
+                "SM active",
+                Target(qq.with_profile(q, q.sel(c.SM_ACTIVE)), GPU_LEGEND),
+                description=f"Share of time the SMs had work: what waste is judged by. {gpm}",
+            ),
+            ratio_series(
+                "Tensor active",
+                Target(qq.with_profile(q, q.sel(c.TENSOR_ACTIVE)), GPU_LEGEND),
+                description=f"Share of time any tensor pipe was busy. {gpm}",
+            ),
+            ratio_series(
+                "DRAM bandwidth used",
+                Target(qq.with_profile(q, q.sel(c.DRAM_ACTIVE)), GPU_LEGEND),
+                description=gpm,
+            ),
+            timeseries(
+                "PCIe traffic",
+                "binBps",
+                Target(q.sel(c.PCIE_TRANSMIT_RATE), "GPU {{gpu}} out"),
+                Target(q.sel(c.PCIE_RECEIVE_RATE), "GPU {{gpu}} in"),
+                min=0,
+                description=gpm,
+            ),
+        ),
+    )
     thermals = Row(
         "Temperature, power and clocks",
         (
@@ -132,6 +161,12 @@ def build(cfg: Config) -> Dashboard:
             ),
             timeseries("SM clock", "hertz", Target(q.sel(c.SM_CLOCK), "GPU {{gpu}}")),
             panel_clock_events(q),
+            ratio_series(
+                "Time throttled",
+                Target(qq.throttled_share(q, ("gpu",)), "GPU {{gpu}} {{reason}}"),
+                description="Share of time the clocks were held down, from the driver's "
+                "clock-event duration counters (a 0/1 sample cannot show half the time).",
+            ),
         ),
     )
     errors = Row(
@@ -187,7 +222,7 @@ def build(cfg: Config) -> Dashboard:
             label_variable(base, "node", node, c.GPU_INFO, "Node"),
             label_variable(on_node, "gpu", "gpu", c.GPU_INFO, "GPU"),
         ),
-        rows=(devices, usage, thermals, errors, pods),
+        rows=(devices, usage, profiling, thermals, errors, pods),
         refresh=cfg.dashboards.refresh,
         links_tag=LINK_TAG,
     )

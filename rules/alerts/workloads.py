@@ -236,7 +236,9 @@ def _leaked_rule(a: LeakAlert, q: Query) -> AlertText:
         f"unless {q.on(q.device)} {q.sel(c.ALLOCATION_INFO)}\n"
         f"unless {q.on(q.device)} {q.mig_parents()}\n"
         f"and {q.on(q.device)} {q.sel(c.COMPUTE_PROCESSES)} == 0\n"
-        f"and {q.on(q.node)} {q.sel(c.POD_RESOURCES_UP)} == 1"
+        f"and {q.on(q.node)} {q.sel(c.POD_RESOURCES_UP)} == 1\n"
+        # Without hostPID NVML lists none of the workloads' processes: 0 would mean nothing.
+        f"and {q.on(q.node)} {q.sel(c.HOST_PID_NAMESPACE)} == 1"
     )
     return AlertText(
         expr,
@@ -250,11 +252,14 @@ def _leaked_rule(a: LeakAlert, q: Query) -> AlertText:
 def _leaked_case(a: LeakAlert, w: World) -> Case:
     held = max(2 * a.threshold, 1 << 30)
     n = minutes(a.for_) + 10
-    # node a: (gpu, allocated, processes); node b: the same leak, but pod-resources is down
+    # node a: (gpu, allocated, processes); node b: the same leak, but pod-resources is down;
+    # node c: the same leak, but the exporter runs without hostPID (NVML lists no process)
     devices = [(0, False, 0), (1, True, 0), (2, False, 1)]
     series = [s(c.POD_RESOURCES_UP, w.node("a"), steady(1, n))]
     series += [s(c.POD_RESOURCES_UP, w.node("b"), steady(0, n))]
-    for node in ("a", "b"):
+    series += [s(c.POD_RESOURCES_UP, w.node("c"), steady(1, n))]
+    series += [s(c.HOST_PID_NAMESPACE, w.node(x), steady(int(x != "c"), n)) for x in "abc"]
+    for node in ("a", "b", "c"):
         for g, allocated, processes in devices:
             series.append(s(c.MEMORY_USED, w.dev(node, g), steady(held, n)))
             series.append(s(c.COMPUTE_PROCESSES, w.dev(node, g), steady(processes, n)))
@@ -278,7 +283,8 @@ def _leaked_runbook(a: LeakAlert, q: Query) -> Runbook:
             f"More than {fmt_bytes(a.threshold)} of framebuffer has been in use for {a.for_} on "
             "a device that no pod is allocated to and on which NVML lists no compute "
             "process. It only fires while the exporter reaches the kubelet's pod-resources "
-            "API, so a blind exporter does not cause it."
+            "API and shares the host's PID namespace (hostPID; without it NVML lists none of "
+            "the workloads' processes), so a blind exporter does not cause it."
         ),
         impact=(
             "The memory is lost: the next pod scheduled on the GPU gets less than the "
