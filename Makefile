@@ -66,6 +66,7 @@ bench: $(STAMP)
 	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(PY) bench/run.py
+	$(PY) bench/profiling.py --readme
 
 # Regenerate the kubelet pod-resources stubs from exporter/kubelet/v1/api.proto.
 proto: $(STAMP)
