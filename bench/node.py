@@ -51,6 +51,7 @@ def _gpu(gpu: int) -> dict[str, Any]:
         "memory_total_bytes": 80 * GIB,
         "power_limit_watts": 400,
         "energy_joules": 1.0e6 * (gpu + 1),
+        "unsupported": ["gpm"],  # Ampere has no GPM (bench/profiling.py measures it on H100s)
         "readings": {
             "temperature_celsius": 40 + 3 * gpu,
             "power_watts": 150 + 20 * gpu,
@@ -68,6 +69,7 @@ def _shared_gpu() -> dict[str, Any]:
         "name": "NVIDIA A100-SXM4-80GB",
         "memory_total_bytes": 80 * GIB,
         "power_limit_watts": 400,
+        "unsupported": ["gpm"],
         "readings": {"utilization": 0.55, "memory_used_bytes": 4 * GIB * SHARED_REPLICAS},
         "processes": [
             {
