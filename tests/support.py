@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -157,3 +158,17 @@ def serve_exposition(text: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def json_from_script(script: str, env: Mapping[str, str]) -> object:
+    """Run `script` in a fresh Python with `env` added (a library path pynvml must load from
+    the start, say) and parse what it prints as JSON; fail the test with its stderr."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

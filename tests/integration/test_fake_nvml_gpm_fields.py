@@ -13,9 +13,6 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator, Sequence
@@ -29,6 +26,7 @@ from fakenvml import _ENCODE, NVLINK_LINK_COUNT_FIELD, render_state, write_state
 from kube_gpu_exporter.exporter.reading import Encoding, from_nvml
 from kube_gpu_exporter.exporter.readings_table import GPM, READINGS, Source
 from kube_gpu_exporter.exporter.simulated.scenario import NodeState, Scenario
+from support import json_from_script
 
 GAP = 0.12  # seconds between GPM samples that measure something (NVML needs 100 ms)
 UINT = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
@@ -453,12 +451,8 @@ def test_the_old_driver_variant_has_field_values_and_gpm(
         print(json.dumps(out))
         """
     )
-    env = dict(os.environ, LD_LIBRARY_PATH=str(fake_nvml_old_dir), FAKE_NVML_STATE=str(state))
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_old_dir), "FAKE_NVML_STATE": str(state)}
+    assert json_from_script(script, env) == {
         "memory_temperature": 71,
         "gpm": 1,
         "encoder": [25, 100_000],

@@ -8,10 +8,7 @@ variant, Xid events and slow calls.
 from __future__ import annotations
 
 import ctypes
-import json
-import os
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -24,6 +21,7 @@ import pytest
 
 from fakenvml import NO_INSTANCE, SOURCE, render_state, write_state
 from kube_gpu_exporter.exporter.simulated.scenario import NodeState, Scenario
+from support import json_from_script
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -335,12 +333,8 @@ def test_old_driver_lacks_the_v2_entry_points(fake_nvml_old_dir: Path, tmp_path:
         print(json.dumps(out))
         """
     )
-    env = dict(os.environ, LD_LIBRARY_PATH=str(fake_nvml_old_dir), FAKE_NVML_STATE=str(state))
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_old_dir), "FAKE_NVML_STATE": str(state)}
+    assert json_from_script(script, env) == {
         "memory_v2": "function not found",
         "event_reasons": "function not found",
         "memory_v1_used": 10 * GIB + 512 * MIB,

@@ -963,28 +963,31 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *device, unsigned errorType,
 }
 
 /* The video encoder and decoder: whole GPUs only (a MIG device handle: NOT_SUPPORTED). */
+static nvmlReturn_t codec_utilization(void *device, const char *fn, int encoder,
+                                      unsigned *utilization, unsigned *samplingPeriodUs) {
+    target_t t;
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    rc = resolve(device, fn, GPU_ONLY, &t);
+    if (rc == NVML_SUCCESS && (!utilization || !samplingPeriodUs))
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS) {
+        *utilization = encoder ? t.gpu->enc_util : t.gpu->dec_util;
+        *samplingPeriodUs = CODEC_PERIOD_US;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
 API nvmlReturn_t nvmlDeviceGetEncoderUtilization(void *device, unsigned *utilization,
                                                  unsigned *samplingPeriodUs) {
-    target_t t;
-    ENTER();
-    RESOLVE(device, GPU_ONLY, &t);
-    if (!utilization || !samplingPeriodUs)
-        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
-    *utilization = t.gpu->enc_util;
-    *samplingPeriodUs = CODEC_PERIOD_US;
-    LEAVE(NVML_SUCCESS);
+    return codec_utilization(device, __func__, 1, utilization, samplingPeriodUs);
 }
 
 API nvmlReturn_t nvmlDeviceGetDecoderUtilization(void *device, unsigned *utilization,
                                                  unsigned *samplingPeriodUs) {
-    target_t t;
-    ENTER();
-    RESOLVE(device, GPU_ONLY, &t);
-    if (!utilization || !samplingPeriodUs)
-        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
-    *utilization = t.gpu->dec_util;
-    *samplingPeriodUs = CODEC_PERIOD_US;
-    LEAVE(NVML_SUCCESS);
+    return codec_utilization(device, __func__, 0, utilization, samplingPeriodUs);
 }
 
 /* ---- field values ---- */
