@@ -14,6 +14,7 @@ from typing import Any
 from kube_gpu_exporter.rules.alerts import (
     device_clocks,
     device_faults,
+    device_health,
     exporter,
     nodes,
     workload_xids,
@@ -27,7 +28,10 @@ from kube_gpu_exporter.rules.spec import AlertSpec
 # (deployed rule group, its alerts in order)
 GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
     ("kube-gpu-exporter.workloads", (*workloads.SPECS, *workload_xids.SPECS)),
-    ("kube-gpu-exporter.devices", (*device_clocks.SPECS, *device_faults.SPECS)),
+    (
+        "kube-gpu-exporter.devices",
+        (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS),
+    ),
     ("kube-gpu-exporter.nodes", nodes.SPECS),
     ("kube-gpu-exporter.exporter", exporter.SPECS),
 )
