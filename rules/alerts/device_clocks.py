@@ -16,6 +16,7 @@ from kube_gpu_exporter.rules.alert_text import AlertText, device
 from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
+    Check,
     Firing,
     Series,
     World,
@@ -128,33 +129,72 @@ GPU_TEMPERATURE_HIGH = AlertSpec(
 
 # --- GPUThermalThrottling ------------------------------------------------------------------------
 
+THERMAL = "sw_thermal_slowdown|hw_thermal_slowdown"
 
-def _throttling_rule(a: AlertSettings, q: Query) -> AlertText:
+
+class ThrottlingAlert(AlertSettings):
+    window: Duration = "15m"
+    duty: Annotated[float, Field(strict=False, gt=0, le=1)] = 0.25  # share of the window
+
+
+def _throttled_share(q: Query, window: str) -> str:
+    """The share of `window` the clocks were held down for heat, per device.
+
+    From the driver's clock-event duration counters where the GPU has them (seconds held down
+    per second; the two reasons can overlap, hence the clamp); from the 0/1 reason series
+    sampled at each scrape on GPUs without them.
+    """
+    seconds = q.sel(c.CLOCK_EVENT_DURATION, f'reason=~"{THERMAL}"')
+    counted = agg("sum", q.device_display, f"rate({seconds}[{window}])")
+    active = q.sel(c.CLOCK_EVENT_ACTIVE, f'reason=~"{THERMAL}"')
+    sampled = agg("max", q.device_display, f"avg_over_time({active}[{window}])")
+    return f"clamp_max({counted}, 1)\nor\n{sampled}"
+
+
+def _throttling_rule(a: ThrottlingAlert, q: Query) -> AlertText:
     return AlertText(
-        f"{_clock_event(q, 'sw_thermal_slowdown|hw_thermal_slowdown')} == 1",
-        f"{device(q)} has had a thermal clock-event reason (sw_thermal_slowdown or "
-        f"hw_thermal_slowdown) active for {a.for_}: it runs below its clocks to cool down.",
+        f"(\n{_throttled_share(q, a.window)}\n) >= {fmt_number(a.duty)}",
+        f"{device(q)} held its clocks down for heat (sw_thermal_slowdown or "
+        f"hw_thermal_slowdown) {{{{ $value | humanizePercentage }}}} of the last {a.window}, "
+        f"at least {a.duty:.0%}, for {a.for_}: it runs below its clocks to cool down.",
     )
 
 
-def _throttling_case(a: AlertSettings, w: World) -> Case:
-    n = minutes(a.for_) + 10
-    active = {
-        0: ("sw_thermal_slowdown",),
-        1: ("gpu_idle", "sw_power_cap"),
-        2: ("hw_thermal_slowdown",),
-    }
-    firing = (Firing(w.dev_out("a", 0), 1), Firing(w.dev_out("a", 2), 1))
-    return Case(_clock_events(w, n, active), timeline(a.for_, firing))
+def _throttling_case(a: ThrottlingAlert, w: World) -> Case:
+    """GPU 0 is throttled half the time (its duration counter gains 30 s a minute), GPU 1 a
+    tenth of it (its 0/1 series, always 1, does not count where the counter exists), GPU 2
+    has no duration counters and its reason is active from minute 5: 0 and 2 fire."""
+    span, held = minutes(a.window), minutes(a.for_)
+    n = span + held + 15
+    duration = c.CLOCK_EVENT_DURATION
+    series = (
+        s(duration, w.dev("a", 0, reason="sw_thermal_slowdown"), f"0+30x{n}"),
+        s(duration, w.dev("a", 0, reason="hw_thermal_slowdown"), steady(0, n)),
+        s(duration, w.dev("a", 1, reason="sw_thermal_slowdown"), f"0+6x{n}"),
+        s(duration, w.dev("a", 1, reason="hw_thermal_slowdown"), steady(0, n)),
+        *_clock_events(w, n, {0: (), 1: ("sw_thermal_slowdown",)}),
+        *(
+            s(c.CLOCK_EVENT_ACTIVE, w.dev("a", 2, reason=r), f"0+0x4 {int(hot)}+0x{n}")
+            for r in c.CLOCK_EVENT_REASONS
+            for hot in (r == "hw_thermal_slowdown",)
+        ),
+    )
+    firing = (Firing(w.dev_out("a", 0), 0.5), Firing(w.dev_out("a", 2), 1))
+    # Nothing at minute 4 (GPU 0's rate still builds up, GPU 2 not yet hot); both firing once
+    # a full window of samples lies past minute 5, where GPU 0's rate is exactly a half.
+    return Case(series, (Check(4, ()), Check(span + held + 7, firing)))
 
 
-def _throttling_runbook(a: AlertSettings, q: Query) -> Runbook:
+def _throttling_runbook(a: ThrottlingAlert, q: Query) -> Runbook:
     return Runbook(
         meaning=(
-            "NVML has reported a thermal clock-event reason (`sw_thermal_slowdown`: the "
-            "driver lowers clocks as the GPU nears its slowdown temperature; "
-            "`hw_thermal_slowdown`: the hardware cuts clocks hard) for "
-            f"{a.for_}."
+            "The GPU held its clocks down for heat (`sw_thermal_slowdown`: the driver lowers "
+            "clocks as the GPU nears its slowdown temperature; `hw_thermal_slowdown`: the "
+            f"hardware cuts clocks hard) at least {a.duty:.0%} of the last {a.window}, for "
+            f"{a.for_}. The share comes from the driver's clock-event duration counters "
+            "(`nvidia_gpu_clock_event_duration_seconds_total`), or, on GPUs without them, "
+            "from the reason series sampled at each scrape — so a GPU throttled half the "
+            "time is caught, not only one throttled at every sample."
         ),
         impact=(
             "The GPU runs below its rated clocks; jobs take longer, and synchronous "
@@ -163,6 +203,7 @@ def _throttling_runbook(a: AlertSettings, q: Query) -> Runbook:
         diagnosis="\n\n".join(
             (
                 _clock_queries(q, c.TEMPERATURE, c.SM_CLOCK),
+                promql(_throttled_share(q, a.window)),
                 find_node(q),
                 on_node("nvidia-smi -q -d PERFORMANCE,TEMPERATURE"),
             )
@@ -175,7 +216,7 @@ def _throttling_runbook(a: AlertSettings, q: Query) -> Runbook:
 GPU_THERMAL_THROTTLING = AlertSpec(
     name="GPUThermalThrottling",
     summary="A GPU slows its clocks because it is too hot.",
-    settings=AlertSettings,
+    settings=ThrottlingAlert,
     rule=_throttling_rule,
     cases=_throttling_case,
     runbook=_throttling_runbook,
