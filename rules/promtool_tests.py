@@ -17,7 +17,7 @@ from kube_gpu_exporter.rules.alerts import BY_NAME
 from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.model import AlertRule
-from kube_gpu_exporter.rules.promtool_cases import Case, Series, World, s, steady
+from kube_gpu_exporter.rules.promtool_cases import Case, Series, World, s, steady, uuid
 from kube_gpu_exporter.rules.record_names import names
 from kube_gpu_exporter.rules.render import HEADER, dump_yaml, runbook_url
 from kube_gpu_exporter.rules.templates import render
@@ -35,23 +35,38 @@ def recording_case(cfg: Config, w: World) -> dict[str, Any]:
     for g, ns, pod, sharing, u in pods:
         series.append(w.alloc("a", g, ns, pod, sharing))
         series.append(s(c.POD_UTILIZATION, w.pod("a", g, ns, pod), steady(u, n)))
+        series.append(s(c.SHARE, w.dev("a", g), steady(1, n)))
+    # Three quarter-GPU MIG slices (an A30's 1g.6gb) of GPU 2, one busy pod of team-c each:
+    # together three quarters of one GPU, not three GPUs.
+    for k in range(3):
+        mig = {"uuid": f"MIG-a-2-{k}", "parent_uuid": uuid("a", 2), "gpu_instance_id": str(k)}
+        held = w.alloc("a", 2, "team-c", f"c-{k}", "exclusive")
+        series.append(Series(held.metric, held.labels | mig, held.values))
+        series.append(
+            s(c.POD_UTILIZATION, w.pod("a", 2, "team-c", f"c-{k}") | mig, steady(busy, n))
+        )
+        series.append(s(c.SHARE, w.dev("a", 2) | mig, steady(0.25, n)))
     rec = names(w.q)
     price = cfg.cost.gpu_hour
 
-    def per_ns(name: str, team_a: float, team_b: float) -> list[dict[str, Any]]:
+    def per_ns(
+        name: str, team_a: float, team_b: float, team_c: float | None = None
+    ) -> list[dict[str, Any]]:
         return [
             {"labels": Series(name, {**w.scope, "namespace": ns}, "").notation(), "value": v}
-            for ns, v in (("team-a", team_a), ("team-b", team_b))
+            for ns, v in (("team-a", team_a), ("team-b", team_b), ("team-c", team_c))
+            if v is not None
         ]
 
     def total(name: str, value: float) -> list[dict[str, Any]]:
         return [{"labels": Series(name, w.scope, "").notation(), "value": value}]
 
     expected = {
-        rec["namespace_allocated"]: per_ns(rec["namespace_allocated"], 1.5, 0.5),
-        rec["namespace_idle"]: per_ns(rec["namespace_idle"], 1.5, 0),
+        rec["namespace_allocated"]: per_ns(rec["namespace_allocated"], 1.5, 0.5, 0.75),
+        rec["cluster_allocated"]: total(rec["cluster_allocated"], 2.75),
+        rec["namespace_idle"]: per_ns(rec["namespace_idle"], 1.5, 0, 0),
         rec["cluster_idle"]: total(rec["cluster_idle"], 1.5),
-        rec["namespace_idle_hours"]: per_ns(rec["namespace_idle_hours"], 1.5, 0),
+        rec["namespace_idle_hours"]: per_ns(rec["namespace_idle_hours"], 1.5, 0, 0),
         rec["cluster_idle_cost"]: total(rec["cluster_idle_cost"], 1.5 * price),
     }
     return {

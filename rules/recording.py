@@ -5,14 +5,17 @@ Names follow `level:metric:operations`. The allocation group defines "idle" once
 same threshold as GPUAllocatedIdle, and the dashboards read these series instead of repeating
 the joins:
 
-- a pod's hold on a device is worth `1 / k` GPUs when `k` pods share the device (time-slicing
-  or MPS) and 1 when it holds the device alone, so shared GPUs are not counted `k` times;
+- a pod's hold on a device is worth `s / k` GPUs when `k` pods share the device (time-slicing
+  or MPS) and `s` is the device's share of its physical GPU (`nvidia_gpu_share_ratio`: 1 for a
+  whole GPU, 1/7 for an A100's 1g.10gb), so neither shared GPUs nor MIG slices are counted as
+  whole GPUs;
 - the hold is idle when the pod's 5-minute average utilization of the device is under the
   threshold;
 - idle GPU-hours over the last hour integrate the idle-GPU count with a 15-second subquery, so
   the result does not depend on the rule evaluation interval.
 
-MIG instances have no utilization in NVML, so a pod on a MIG instance is never counted idle.
+A pod on a MIG instance is judged by its instance's GPM activity (Hopper and newer); on Ampere
+MIG it has no utilization series and is never counted idle here.
 """
 
 from __future__ import annotations
@@ -54,12 +57,17 @@ def allocation_group(cfg: ConfigView, q: Query) -> RuleGroup:
     pods_per_device = agg(
         "count", q.device, agg("max", (*q.device, *("namespace", "pod")), q.sel(c.ALLOCATION_INFO))
     )
+    # A device's share of its physical GPU (a MIG slice: its slices over the GPU's); 1 where
+    # an exporter predating the share series serves none.
+    share = agg("max", q.device, q.sel(c.SHARE))
+    share_or_whole = f"({share}\n  or {q.on(q.device)} 0 * {pods_per_device} + 1)"
     threshold = fmt_number(GPU_ALLOCATED_IDLE.of(cfg).threshold)
     price = fmt_number(cfg.cost.gpu_hour)
     rules = (
         RecordingRule(
             n["allocation_share"],
-            f"{holds}\n  / {q.on(q.device)} group_left ()\n{pods_per_device}",
+            f"{holds}\n  / {q.on(q.device)} group_left ()\n{pods_per_device}"
+            f"\n  * {q.on(q.device)} group_left ()\n{share_or_whole}",
         ),
         RecordingRule(
             n["allocation_utilization"],
