@@ -41,7 +41,7 @@ def recording_case(cfg: Config, w: World) -> dict[str, Any]:
     for k in range(3):
         mig = {"uuid": f"MIG-a-2-{k}", "parent_uuid": uuid("a", 2), "gpu_instance_id": str(k)}
         held = w.alloc("a", 2, "team-c", f"c-{k}", "exclusive")
-        series.append(Series(held.metric, held.labels | mig, held.values))
+        series.append(Series(held.metric, {**held.labels, **mig}, held.values))
         series.append(
             s(c.POD_UTILIZATION, w.pod("a", 2, "team-c", f"c-{k}") | mig, steady(busy, n))
         )
