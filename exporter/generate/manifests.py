@@ -125,9 +125,15 @@ def servicemonitor_dict(cfg: Config) -> dict[str, Any]:
             "action": "replace",
         },
     ]
-    job = exporter_job(cfg)
-    if job != NAME:
-        relabelings.append({"targetLabel": "job", "replacement": job, "action": "replace"})
+    # Every label the rules select the exporter by must be on its series: the job when it is
+    # not the Service's name, and any other label of `selectors.exporter` (env="prod", ...),
+    # set to the value the selector matches. The node label and `instance` come from the
+    # target itself.
+    wanted = selector_labels(cfg.selectors.exporter)
+    wanted["job"] = exporter_job(cfg)
+    for label, value in wanted.items():
+        if (label, value) != ("job", NAME) and label not in ("instance", cfg.labels.node):
+            relabelings.append({"targetLabel": label, "replacement": value, "action": "replace"})
     endpoint = {
         "port": PORT_NAME,
         "path": "/metrics",

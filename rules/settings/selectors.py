@@ -7,7 +7,16 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from kube_gpu_exporter.rules.settings.values import FrozenModel, LabelName, Matchers
+from kube_gpu_exporter.rules.settings.values import (
+    FrozenModel,
+    LabelName,
+    Matchers,
+    selector_labels,
+)
+
+# Labels the exporter's series carry for themselves (attribution): the ServiceMonitor cannot
+# set them on the target, so a selector on them would select nothing.
+EXPORTER_OWN_LABELS = ("namespace", "pod", "container")
 
 
 class Selectors(FrozenModel):
@@ -15,6 +24,17 @@ class Selectors(FrozenModel):
 
     exporter: Matchers = 'job="kube-gpu-exporter"'
     kube_state_metrics: Matchers = 'job="kube-state-metrics"'
+
+    @field_validator("exporter")
+    @classmethod
+    def _settable_by_the_servicemonitor(cls, value: str) -> str:
+        own = sorted(set(selector_labels(value)) & set(EXPORTER_OWN_LABELS))
+        if own:
+            raise ValueError(
+                f"must not match on {', '.join(own)}: the exporter's series carry their own "
+                "(the pods holding GPUs), so the ServiceMonitor cannot set it"
+            )
+        return value
 
 
 # Labels that the node label must not be: the job, and the attribution labels that the exporter

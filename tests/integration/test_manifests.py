@@ -38,7 +38,7 @@ BUILTIN_KINDS = {
 }
 # A config that changes every deployment key that changes the manifests' shape.
 VARIANT = """
-selectors: {exporter: 'job=~"gpu-metrics|gpu"'}
+selectors: {exporter: 'job=~"gpu-metrics|gpu", env="prod", tier=~"gpu|accel"'}
 labels: {node: node}
 deployment:
   namespace: gpu-monitoring
@@ -450,6 +450,10 @@ def test_the_default_job_is_the_service_name() -> None:
         ("deployment: {pod_resources_dir: kubelet/}", "deployment.pod_resources_dir: String"),
         ("deployment: {hostPID: true}", "deployment.hostPID: unknown key (got True)"),
         ("labels: {node: pod}", "labels.node: must not be one of job, namespace, pod, container"),
+        (
+            """selectors: {exporter: 'job="x", namespace="gpu"'}""",
+            "selectors.exporter: must not match on namespace: the exporter's series carry",
+        ),
     ],
 )
 def test_bad_deployment_settings_are_one_line_errors(text: str, message: str) -> None:
