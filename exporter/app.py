@@ -44,10 +44,10 @@ def _sampler(args: argparse.Namespace) -> Sampler:
         from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler
         from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 
-        return SimulatedSampler(Scenario.load(args.simulate))
+        return SimulatedSampler(Scenario.load(args.simulate), xid_codes=args.xid_codes)
     from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 
-    return NvmlSampler()
+    return NvmlSampler(xid_codes=args.xid_codes)
 
 
 def _pod_resources(

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from kube_gpu_exporter.demo import run as demo_cli
 from kube_gpu_exporter.exporter import __version__, app, logs
+from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
@@ -77,6 +78,14 @@ def non_negative_int(value: str) -> int:
     return int(value)
 
 
+def xid_codes(value: str) -> tuple[int, ...]:
+    """`48,79,94` → (48, 79, 94); "" for none."""
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not all(w.isdigit() and int(w) > 0 for w in words):
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of Xid codes: {value!r}")
+    return tuple(sorted({int(w) for w in words}))
+
+
 def _duration_flag(
     group: argparse._ActionsContainer, flag: str, dest: str, default: float, help: str
 ) -> None:
@@ -127,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _duration_flag(
         serve, "--collector.interval", "interval", 10.0, "how often to read the GPUs, e.g. 5s"
+    )
+    serve.add_argument(
+        "--collector.xid-codes",
+        dest="xid_codes",
+        type=xid_codes,
+        default=WATCHED_XIDS,
+        metavar="CODES",
+        help="Xid codes whose counters exist at 0 on every GPU from the start, so that "
+        "increase() sees a first event and a restart shows as a reset; others appear at their "
+        f"first event (default: the alerts' codes, {','.join(map(str, WATCHED_XIDS))})",
     )
     serve.add_argument(
         "--simulate",

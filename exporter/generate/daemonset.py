@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kube_gpu_exporter.exporter import __version__
+from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_SOCKET
 from kube_gpu_exporter.rules.config import Config
 
@@ -44,6 +45,12 @@ def container_args(cfg: Config) -> list[str]:
     ]
     if cfg.deployment.per_process_attribution:
         args.append("--path.procfs=/proc")
+    # The Xid alerts' codes, served at 0 from the start so that increase() sees a first event;
+    # the exporter's default is the default lists, so only a changed list needs the flag.
+    alerts = cfg.alerts
+    watched = tuple(sorted({*alerts.GPUXidErrors.xids, *alerts.GPUXidApplicationErrors.xids}))
+    if watched != WATCHED_XIDS:
+        args.append(f"--collector.xid-codes={','.join(map(str, watched))}")
     return args
 
 

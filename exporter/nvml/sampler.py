@@ -70,12 +70,15 @@ class NvmlSampler:
         clock: Callable[[], float] = time.monotonic,
         watch_xids: bool = True,
         gpm: GpmReader | None = None,
+        xid_codes: tuple[int, ...] = (),
     ) -> None:
-        """`gpm`: the GPM reader, for a bench that must compute GPM on back-to-back cycles
-        (its clock decides when two samples are far enough apart)."""
+        """`xid_codes`: Xids whose counters exist at 0 on every GPU from the start, so that
+        `increase()` sees their first event. `gpm`: the GPM reader, for a bench that must
+        compute GPM on back-to-back cycles (its clock decides when two samples are apart)."""
         self._rediscover_seconds = rediscover_seconds
         self._clock = clock
         self._watch_xids = watch_xids
+        self._xid_zeros = dict.fromkeys(xid_codes, 0)
         self._initialised = False
         self._next_init_at = 0.0
         self._backoff = BACKOFF_START_SECONDS
@@ -189,7 +192,7 @@ class NvmlSampler:
         self, device: Device, errors: Counter[str], xid_counts: dict[str, dict[int, int]]
     ) -> list[DeviceSample]:
         identity = device.identity
-        xids = xid_counts.get(identity.uuid, {})
+        xids = self._xid_zeros | xid_counts.get(identity.uuid, {})
         try:
             if device.handle is None:
                 raise _DeviceLost

@@ -99,7 +99,9 @@ def _mig_identity(parent: DeviceIdentity, mig: MigState) -> DeviceIdentity:
     )
 
 
-def _device_samples(device: DeviceState, errors: Counter[str]) -> list[DeviceSample]:
+def _device_samples(
+    device: DeviceState, errors: Counter[str], xid_codes: tuple[int, ...] = ()
+) -> list[DeviceSample]:
     """The GPU and its MIG instances; faults on the GPU's functions hold for its instances."""
     identity = DeviceIdentity(
         index=device.index,
@@ -107,7 +109,7 @@ def _device_samples(device: DeviceState, errors: Counter[str]) -> list[DeviceSam
         model=device.name,
         pci_bus_id=device.pci_bus_id,
     )
-    xids = dict(Counter(device.xids))
+    xids = dict.fromkeys(xid_codes, 0) | dict(Counter(device.xids))
     migs = [(_mig_identity(identity, m), m) for m in device.mig]
     if device.lost:
         errors["gpu_is_lost"] += 1
@@ -130,10 +132,10 @@ def _device_samples(device: DeviceState, errors: Counter[str]) -> list[DeviceSam
     ]
 
 
-def node_sample(state: NodeState) -> NodeSample:
-    """What NVML would report for this scenario state."""
+def node_sample(state: NodeState, xid_codes: tuple[int, ...] = ()) -> NodeSample:
+    """What NVML would report for this scenario state (with the NVML sampler's `xid_codes`)."""
     errors: Counter[str] = Counter()
-    samples = [sample for d in state.devices for sample in _device_samples(d, errors)]
+    samples = [s for d in state.devices for s in _device_samples(d, errors, xid_codes)]
     return NodeSample(
         nvml_up=True,
         driver_version=state.driver_version,
@@ -145,13 +147,20 @@ def node_sample(state: NodeState) -> NodeSample:
 class SimulatedSampler:
     """Plays a scenario from the moment it is created."""
 
-    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        clock: Callable[[], float] = time.monotonic,
+        xid_codes: tuple[int, ...] = (),
+    ) -> None:
         self._scenario = scenario
         self._clock = clock
         self._started = clock()
+        self._xid_codes = xid_codes
 
     def sample(self) -> NodeSample:
-        return node_sample(self._scenario.state_at(self._clock() - self._started))
+        state = self._scenario.state_at(self._clock() - self._started)
+        return node_sample(state, self._xid_codes)
 
     def close(self) -> None:
         pass

@@ -20,7 +20,6 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Check,
     Firing,
     World,
-    later,
     minutes,
     s,
     steady,
@@ -30,9 +29,10 @@ from kube_gpu_exporter.rules.settings.values import Duration, Xid
 from kube_gpu_exporter.rules.settings.view import ConfigView
 
 XID_NEW_SERIES = (
-    "The exporter creates an Xid's counter at its first event, so the rule also counts a "
-    "counter that did not exist a window ago. One consequence: a Prometheus starting with "
-    "empty storage sees every existing Xid counter as new and fires once for each."
+    "The exporter serves the counter of every watched code at 0 from its start "
+    "(`--collector.xid-codes`, the alerts' default codes), so `increase()` sees a first event, "
+    "an exporter restart shows as a counter reset, and a gap in the data or a Prometheus "
+    "starting with empty storage does not make old events look new."
 )
 
 
@@ -51,18 +51,14 @@ def codes(xids: tuple[int, ...]) -> str:
 
 
 def xid_events(q: Query, a: XidAlert) -> str:
-    """Xid counters that rose within the window, including a counter that first appeared in it.
+    """Xid counters that rose within the window.
 
-    The exporter creates an Xid's counter at the first event, at 1: `increase()` over a
-    series' first sample is 0, so a lone first event would never alert on its own. The
-    `unless … offset` arm catches a series that did not exist a window ago.
+    The exporter serves the watched codes' counters at 0 from its start, so `increase()` alone
+    sees a first event and a restart is a reset. (An `unless … offset` arm for counters born at
+    1 fired for every old counter after any gap in the data: gone.)
     """
     counter = q.sel(c.XID_ERRORS, f'xid=~"{"|".join(str(x) for x in a.xids)}"')
-    window = a.window
-    events = (
-        f"  increase({counter}[{window}]) > 0\nor\n  ({counter} unless {counter} offset {window})"
-    )
-    return agg("max", (*q.device_display, "xid"), f"\n{events}\n")
+    return agg("max", (*q.device_display, "xid"), f"increase({counter}[{a.window}])") + " > 0"
 
 
 def rule(kind: str, advice: str) -> Callable[[XidAlert, Query], AlertText]:
@@ -100,22 +96,30 @@ def other_xid(cfg: ConfigView, own: XidAlert) -> int:
 
 
 def xid_case(a: XidAlert, w: World) -> Case:
-    """Keeps failing (a counter rising every minute), newly failing (a counter that appears
-    at 1 and stays: only the `unless … offset` arm sees it), an old event (flat since long
-    before the window) and a rising Xid of the other list."""
+    """Counters served at 0 from the start. Keeps failing (rising every minute), a first event
+    (0, then 1), a real Xid after an exporter restart (1, reset to 0, 1 again), an old event
+    across a gap in the data (flat, then no samples, then the same value: must not fire), an
+    old event (flat) and a rising Xid of the other list."""
     held, span = minutes(a.for_), minutes(a.window)
     start = span + 10
     at = start + held + 2
     n = at + 10
     x = {"xid": str(a.xids[0])}
+    first = at - held - 1  # a first event late enough to still be in the window at `at`
     series = [
-        s(c.XID_ERRORS, w.dev("a", 0, **x), later(start, f"1+1x{n}")),
+        s(c.XID_ERRORS, w.dev("a", 0, **x), f"0+0x{start} 1+1x{n}"),
         s(c.XID_ERRORS, w.dev("a", 2, **x), steady(1, at + n)),
-        s(c.XID_ERRORS, w.dev("a", 3, xid=str(other_xid(w.q.config, a))), later(start, f"1+1x{n}")),
+        s(c.XID_ERRORS, w.dev("a", 3, xid=str(other_xid(w.q.config, a))), f"0+0x{start} 1+1x{n}"),
+        # one old Xid, then no data for longer than the window, then the same count again
+        s(c.XID_ERRORS, w.dev("a", 5, **x), f"2+0x{start - span - 5} _x{span + 2} 2+0x{n}"),
     ]
     firing = [Firing(w.dev_out("a", 0, **x), 0)]
-    if held + 1 < span:
-        series.append(s(c.XID_ERRORS, w.dev("a", 1, **x), later(at - held - 1, steady(1, n))))
-        firing.append(Firing(w.dev_out("a", 1, **x), 0))
+    if held + 1 < span:  # a single event stays in the window long enough to outlast `for`
+        series += [
+            s(c.XID_ERRORS, w.dev("a", 1, **x), f"0+0x{first - 1} 1+0x{n}"),
+            # restarted exporter: 1 before, back to 0 at the restart, then the same Xid again
+            s(c.XID_ERRORS, w.dev("a", 4, **x), f"1+0x{first - 4} 0+0x2 1+0x{n}"),
+        ]
+        firing += [Firing(w.dev_out("a", 1, **x), 0), Firing(w.dev_out("a", 4, **x), 0)]
     checks = [Check(start - 1, ()), Check(at, tuple(firing))]
     return Case(tuple(series), tuple(checks))

@@ -15,7 +15,7 @@ import yaml
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.cli import DEFAULT_PORT, build_parser
-from kube_gpu_exporter.exporter.generate.daemonset import PORT
+from kube_gpu_exporter.exporter.generate.daemonset import PORT, container_args
 from kube_gpu_exporter.exporter.generate.outputs import render_outputs
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_SOCKET
 from kube_gpu_exporter.rules.config import Config, ConfigError, parse_config
@@ -414,6 +414,15 @@ def test_the_rules_select_what_the_servicemonitor_scrapes(deploy: Deploy) -> Non
     assert labels[deploy.cfg.labels.node] == "gpu-node-7"
     # The exporter's attribution labels are not pushed aside as exported_*.
     assert not {"namespace", "pod", "container"} & labels.keys()
+
+
+def test_changed_xid_lists_reach_the_exporters_flag() -> None:
+    """The exporter serves the alerts' codes at 0; a changed list must reach its flag."""
+    assert not any("--collector.xid-codes" in a for a in container_args(Config()))
+    cfg = parse_config(
+        "alerts: {GPUXidErrors: {xids: [79, 48]}, GPUXidApplicationErrors: {xids: [13]}}"
+    )
+    assert "--collector.xid-codes=13,48,79" in container_args(cfg)
 
 
 def test_the_default_job_is_the_service_name() -> None:

@@ -63,6 +63,20 @@ def test_clock_events_are_a_state_set_and_xids_count_per_code() -> None:
     assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="0", xid="13") == [1]
 
 
+def test_watched_xid_counters_exist_at_zero_on_every_gpu() -> None:
+    """So that increase() sees a first event and an exporter restart shows as a reset."""
+    sampler = SimulatedSampler(Scenario.parse(NODE), clock=lambda: 0.0, xid_codes=(48, 79))
+    parsed = samples(CollectionLoop(sampler, 10).cycle().body("", False)[0])
+    assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="0", xid="48") == [0]
+    assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="0", xid="79") == [2]
+    assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="0", xid="13") == [1]  # seen
+    assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="1", xid="48") == [0]
+    assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="2", xid="79") == [0]  # lost too
+    # MIG instances have no Xid counters of their own: their GPU's are theirs.
+    mig = {"uuid": "MIG-cccccccc-0000-4000-8000-000000000000"}
+    assert values(parsed, "nvidia_gpu_xid_errors_total", **mig) == []
+
+
 def test_mig_instance_has_own_uuid_parent_and_no_utilization() -> None:
     parsed = samples(render_node()[0])
     mig = {"uuid": "MIG-cccccccc-0000-4000-8000-000000000000"}
