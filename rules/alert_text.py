@@ -26,10 +26,18 @@ def label(name: str) -> str:
     return f"{{{{ $labels.{name} }}}}"
 
 
+def in_cluster(q: Query) -> str:
+    """` in cluster <cluster>` when multi-cluster and the alert carries the label — not when
+    the cluster is an external label added after evaluation, which would print an empty
+    "in cluster " (kubernetes-mixin's `with` idiom)."""
+    if not q.cluster:
+        return ""
+    return f"{{{{ with $labels.{q.cluster[0]} }}}} in cluster {{{{ . }}}}{{{{ end }}}}"
+
+
 def where(q: Query) -> str:
-    """`on <node>` (and `in cluster <cluster>` when multi-cluster), as alert text."""
-    text = f"on {label(q.node_label)}"
-    return text + (f" in cluster {label(q.cluster[0])}" if q.cluster else "")
+    """`on <node>` (and `in cluster <cluster>` when it has one), as alert text."""
+    return f"on {label(q.node_label)}{in_cluster(q)}"
 
 
 def device(q: Query) -> str:

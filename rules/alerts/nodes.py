@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.rules.alert_text import AlertText, label, where
+from kube_gpu_exporter.rules.alert_text import AlertText, in_cluster, where
 from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
@@ -220,7 +220,7 @@ class DriverMismatchAlert(AlertSettings):
 
 def _mismatch_rule(a: DriverMismatchAlert, q: Query) -> AlertText:
     versions = agg("count", (*q.cluster, "driver_version"), q.sel(c.GPU_INFO, 'parent_uuid=""'))
-    scope = f" in cluster {label(q.cluster[0])}" if q.cluster else ""
+    scope = in_cluster(q)
     return AlertText(
         f"{agg('count', q.cluster, versions)} > 1",
         f"{{{{ $value | humanize }}}} NVIDIA driver versions have been running on the GPU "

@@ -162,3 +162,19 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     args = _args(config=str(tmp_path / "nope.yaml"), out=str(tmp_path / "out"))
     assert generate.run(args) == 2
     assert "nope.yaml: cannot read" in capsys.readouterr().err
+
+
+def test_descriptions_name_the_cluster_only_when_the_alert_has_it() -> None:
+    """With the cluster as an external label (added after evaluation), an alert has no
+    cluster label: its description must not read "in cluster  is at 81 °C"."""
+    from kube_gpu_exporter.rules.alerts import all_alerts
+    from kube_gpu_exporter.rules.templates import render
+
+    cfg = parse_config("labels: {cluster: cluster, node: node}")
+    labels = {"gpu": "0", "uuid": "GPU-0", "node": "node-a", "xid": "79", "namespace": "ml"}
+    for alert in all_alerts(cfg):
+        plain = render(alert.description, labels, 81.0)
+        assert "in cluster" not in plain, (alert.name, plain)
+        named = render(alert.description, labels | {"cluster": "eu-1"}, 81.0)
+        if "$labels.cluster" in alert.description:
+            assert "in cluster eu-1" in named, (alert.name, named)
