@@ -105,12 +105,14 @@ GPU_ROW_REMAP_PENDING = AlertSpec(
 # --- GPURowRemapFailed ---------------------------------------------------------------------------
 
 
-class RemapFailedAlert(AlertSettings):
+class CriticalAtOnce(AlertSettings):
+    """A state the driver reports that needs action now: critical, no `for`."""
+
     for_: Duration = Field(default="0m", alias="for")
     severity: Severity = "critical"
 
 
-def _failed_rule(a: RemapFailedAlert, q: Query) -> AlertText:
+def _failed_rule(a: CriticalAtOnce, q: Query) -> AlertText:
     return AlertText(
         f"{agg('max', q.device_display, q.sel(c.ROW_REMAP_FAILED))} == 1",
         f"{device(q)} failed to remap a failing memory row (nvidia_gpu_row_remap_failed is 1: "
@@ -118,7 +120,7 @@ def _failed_rule(a: RemapFailedAlert, q: Query) -> AlertText:
     )
 
 
-def _failed_runbook(a: RemapFailedAlert, q: Query) -> Runbook:
+def _failed_runbook(a: CriticalAtOnce, q: Query) -> Runbook:
     return Runbook(
         meaning=(
             "The driver could not remap a failing framebuffer row: the bank has no spare "
@@ -148,7 +150,7 @@ def _failed_runbook(a: RemapFailedAlert, q: Query) -> Runbook:
 GPU_ROW_REMAP_FAILED = AlertSpec(
     name="GPURowRemapFailed",
     summary="A GPU ran out of spare memory rows: it needs an RMA.",
-    settings=RemapFailedAlert,
+    settings=CriticalAtOnce,
     rule=_failed_rule,
     cases=lambda a, w: _flag_case(c.ROW_REMAP_FAILED, a.for_, w),
     runbook=_failed_runbook,
@@ -157,12 +159,7 @@ GPU_ROW_REMAP_FAILED = AlertSpec(
 # --- GPURecoveryActionRequired -------------------------------------------------------------------
 
 
-class RecoveryAlert(AlertSettings):
-    for_: Duration = Field(default="0m", alias="for")
-    severity: Severity = "critical"
-
-
-def _recovery_rule(a: RecoveryAlert, q: Query) -> AlertText:
+def _recovery_rule(a: CriticalAtOnce, q: Query) -> AlertText:
     return AlertText(
         f"{agg('max', q.device_display, q.sel(c.RECOVERY_ACTION))} > 0",
         f"The driver asks for recovery action {{{{ $value | humanize }}}} on {device(q)} "
@@ -171,7 +168,7 @@ def _recovery_rule(a: RecoveryAlert, q: Query) -> AlertText:
     )
 
 
-def _recovery_case(a: RecoveryAlert, w: World) -> Case:
+def _recovery_case(a: CriticalAtOnce, w: World) -> Case:
     start = 5
     n = start + minutes(a.for_) + 10
     series = (
@@ -182,7 +179,7 @@ def _recovery_case(a: RecoveryAlert, w: World) -> Case:
     return Case(series, (Check(start - 1, ()), *timeline(a.for_, firing, start)))
 
 
-def _recovery_runbook(a: RecoveryAlert, q: Query) -> Runbook:
+def _recovery_runbook(a: CriticalAtOnce, q: Query) -> Runbook:
     return Runbook(
         meaning=(
             "The driver (R570 and later) reports through NVML_FI_DEV_GET_GPU_RECOVERY_ACTION "
@@ -208,7 +205,7 @@ def _recovery_runbook(a: RecoveryAlert, q: Query) -> Runbook:
 GPU_RECOVERY_ACTION_REQUIRED = AlertSpec(
     name="GPURecoveryActionRequired",
     summary="The driver asks for a GPU reset, a drain or a node reboot.",
-    settings=RecoveryAlert,
+    settings=CriticalAtOnce,
     rule=_recovery_rule,
     cases=_recovery_case,
     runbook=_recovery_runbook,
