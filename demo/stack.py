@@ -28,6 +28,7 @@ from kube_gpu_exporter.exporter.generate.outputs import RULES_FILE, render_outpu
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 
 JOB = "kube-gpu-exporter"  # the job the generated rules select (selectors.exporter)
 START_SECONDS = 60.0
@@ -138,6 +139,8 @@ class Stack:
                 "repeat_interval": "1h",
             },
             "receivers": [receiver],
+            # The generated inhibit rules: one notification per cause, as deployed.
+            "inhibit_rules": inhibit_rules(spec.thresholds),
         }
         path = self._write("alertmanager.yml", yaml.safe_dump(config))
         self._run(

@@ -17,12 +17,14 @@ from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.grafana.render import configmap, dashboard_json
 from kube_gpu_exporter.rules.alerts import alert_groups
 from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 from kube_gpu_exporter.rules.promtool_tests import tests_file
 from kube_gpu_exporter.rules.recording import recording_groups
-from kube_gpu_exporter.rules.render import prometheus_rule, rules_file
+from kube_gpu_exporter.rules.render import HEADER, dump_yaml, prometheus_rule, rules_file
 from kube_gpu_exporter.rules.runbooks import runbooks_markdown
 
 RULES_FILE = "rules.yaml"
+INHIBIT_RULES = "alertmanager-inhibit-rules.yaml"
 PROMETHEUS_RULE = "prometheus-rule.yaml"
 DASHBOARDS_DIR = "dashboards"
 
@@ -37,6 +39,8 @@ def render_outputs(cfg: Config) -> dict[str, str]:
         PROMETHEUS_RULE: prometheus_rule(cfg, groups),
         RULES_FILE: rules_file(cfg, groups),
         "rules-test.yaml": tests_file(cfg, alerts, RULES_FILE),
+        # The inhibit_rules section for an Alertmanager configuration (not a Kubernetes object).
+        INHIBIT_RULES: HEADER + dump_yaml({"inhibit_rules": inhibit_rules(cfg)}),
     }
     resources = [*manifests, PROMETHEUS_RULE]
     for dashboard in build_all(cfg):
@@ -44,7 +48,8 @@ def render_outputs(cfg: Config) -> dict[str, str]:
         name = f"{DASHBOARDS_DIR}/{dashboard.uid}-configmap.yaml"
         out[name] = configmap(cfg, dashboard)
         resources.append(name)
-    # Everything that is a Kubernetes object; rules.yaml and rules-test.yaml are for promtool.
+    # Everything that is a Kubernetes object; rules.yaml and rules-test.yaml are for promtool,
+    # the inhibit rules for Alertmanager.
     out[KUSTOMIZATION] = kustomization(resources)
     return out
 

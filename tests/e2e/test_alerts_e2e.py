@@ -9,10 +9,7 @@ fires, and both resolve once the memory drops and the notebook starts working.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from kube_gpu_exporter.demo.stack import Ports, Stack, StackSpec
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.rules.config import parse_config
 from support import free_port, wait_until
+from webhook_receiver import Webhook
 
 FINETUNE_GPU = "GPU-e2e00000-0000-4000-8000-000000000000"
 NOTEBOOK_GPU = "GPU-e2e00001-0000-4000-8000-000000000001"
@@ -59,44 +57,6 @@ EXPECTED = {
     ("GPUAllocatedIdle", "lab", "notebook-alice", NOTEBOOK_GPU),
 }
 WAIT = 120.0  # rules need `for` plus a few evaluation and notification rounds
-
-
-class Webhook:
-    """Alertmanager's webhook receiver: keeps every notification it is sent."""
-
-    def __init__(self) -> None:
-        self.notifications: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with hook._lock:
-                    hook.notifications.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def alerts(self, status: str) -> set[tuple[str, str, str, str]]:
-        """(alertname, namespace, pod, uuid) of every alert delivered with `status`."""
-        with self._lock:
-            delivered = [a for n in self.notifications for a in n["alerts"]]
-        return {
-            tuple(a["labels"].get(k, "") for k in ("alertname", "namespace", "pod", "uuid"))
-            for a in delivered
-            if a["status"] == status
-        }
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture

@@ -1,0 +1,69 @@
+"""Alertmanager inhibit rules: one notification per root cause.
+
+A lost GPU also raises its Xid 79, its pod's idle alert and the node's "not advertised"; an
+overheating GPU also throttles; an uncorrectable ECC error comes with Xid 48; an exporter that
+is down or blind makes every GPU alert of its node meaningless. Each pair below lets the cause
+silence its consequences while the cause fires, matched on the labels that tie them to the
+same GPU (`uuid` and the node) or the same node — and the cluster when there are several, so
+one cluster's fault never silences another's. When the cause resolves, the consequences that
+still hold notify as usual; a consequence silenced while its cause fired sends no misleading
+"resolved".
+
+`generate` writes them to alertmanager-inhibit-rules.yaml for the `inhibit_rules:` section of
+an Alertmanager configuration (kube-prometheus keeps its own there too); the demo's
+Alertmanager runs with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_gpu_exporter.rules.alerts import GROUPS
+from kube_gpu_exporter.rules.promql import Query
+from kube_gpu_exporter.rules.settings.view import ConfigView
+
+DEVICE_GROUPS = ("kube-gpu-exporter.workloads", "kube-gpu-exporter.devices")
+NODE_CAPACITY = ("GPUNotAdvertised", "GPUPartiallyAdvertised")
+BLIND_EXPORTER = ("KubeGpuExporterDown", "KubeGpuExporterNvmlDown", "KubeGpuExporterStale")
+# Xids that an uncorrectable ECC error raises by itself (double-bit error, containment).
+ECC_XIDS = "48|94|95"
+
+
+def _names(names: tuple[str, ...] | list[str]) -> str:
+    return "|".join(names)
+
+
+def inhibit_rules(cfg: ConfigView) -> list[dict[str, Any]]:
+    """The `inhibit_rules` entries, in Alertmanager's matcher syntax (0.22 and later)."""
+    q = Query(cfg)
+    node = [*q.cluster, q.node_label]
+    device = [*node, "uuid"]
+    on_a_gpu = [s.name for g, specs in GROUPS if g in DEVICE_GROUPS for s in specs]
+    consequences = [name for name in on_a_gpu if name != "GPULost"]
+    return [
+        {
+            "source_matchers": ['alertname="GPULost"'],
+            "target_matchers": [f'alertname=~"{_names(consequences)}"'],
+            "equal": list(device),
+        },
+        {
+            "source_matchers": ['alertname="GPULost"'],
+            "target_matchers": [f'alertname=~"{_names(NODE_CAPACITY)}"'],
+            "equal": list(node),
+        },
+        {
+            "source_matchers": ['alertname="GPUTemperatureHigh"'],
+            "target_matchers": ['alertname="GPUThermalThrottling"'],
+            "equal": list(device),
+        },
+        {
+            "source_matchers": ['alertname="GPUEccUncorrectable"'],
+            "target_matchers": ['alertname="GPUXidErrors"', f'xid=~"{ECC_XIDS}"'],
+            "equal": list(device),
+        },
+        {
+            "source_matchers": [f'alertname=~"{_names(BLIND_EXPORTER)}"'],
+            "target_matchers": [f'alertname=~"{_names([*on_a_gpu, *NODE_CAPACITY])}"'],
+            "equal": list(node),
+        },
+    ]

@@ -1,0 +1,126 @@
+"""The generated inhibit rules on Debian's real Alertmanager: one notification per cause.
+
+Alerts are posted to Alertmanager's API as Prometheus would send them; the webhook receiver
+records what reaches people. A lost GPU with its Xid 79, its idle pod and its node's missing
+device must notify once; an overheating GPU's throttling, an ECC error's Xid 48 and a down
+exporter's GPU alerts stay silent; the same kind of alert on another GPU or node still comes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.inhibitions import inhibit_rules
+from support import free_port, wait_until
+from webhook_receiver import Webhook
+
+DEVICE = {"job": "kube-gpu-exporter", "gpu": "0"}
+
+
+def alert(name: str, **labels: str) -> dict[str, object]:
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    return {"labels": {"alertname": name, **DEVICE, **labels}, "startsAt": now}
+
+
+POSTED = [
+    # GPU X on node n1 is lost: everything else about it and its node is a consequence.
+    alert("GPULost", instance="n1", uuid="X"),
+    alert("GPUXidErrors", instance="n1", uuid="X", xid="79"),
+    alert("GPUAllocatedIdle", instance="n1", uuid="X", namespace="lab", pod="nb-0"),
+    alert("GPUPartiallyAdvertised", instance="n1"),
+    # GPU Y on n1 overheats and therefore throttles.
+    alert("GPUTemperatureHigh", instance="n1", uuid="Y"),
+    alert("GPUThermalThrottling", instance="n1", uuid="Y"),
+    # GPU Z on n2: an uncorrectable ECC error and its Xid 48; GPU W on n2: an unrelated Xid 79.
+    alert("GPUEccUncorrectable", instance="n2", uuid="Z"),
+    alert("GPUXidErrors", instance="n2", uuid="Z", xid="48"),
+    alert("GPUXidErrors", instance="n2", uuid="W", xid="79"),
+    # n3's exporter is down: its last GPU alert says nothing.
+    alert("KubeGpuExporterDown", instance="n3"),
+    alert("GPUAllocatedIdle", instance="n3", uuid="V", namespace="ml", pod="train-0"),
+]
+EXPECTED = {
+    ("GPULost", "X"),
+    ("GPUTemperatureHigh", "Y"),
+    ("GPUEccUncorrectable", "Z"),
+    ("GPUXidErrors", "W"),
+    ("KubeGpuExporterDown", ""),
+}
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Webhook]]:
+    binary = shutil.which("prometheus-alertmanager")
+    assert binary, "prometheus-alertmanager is not installed (make test installs it)"
+    hook = Webhook()
+    port = free_port()
+    config = {
+        "route": {
+            "receiver": "hook",
+            "group_by": ["alertname", "uuid", "instance"],
+            "group_wait": "1s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url}]}],
+        "inhibit_rules": inhibit_rules(Config()),
+    }
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={path}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ready(url), 30, "Alertmanager to be ready")
+        yield url, hook
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        hook.close()
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def delivered(hook: Webhook) -> set[tuple[str, str]]:
+    return {(name, uuid) for name, _ns, _pod, uuid in hook.alerts("firing")}
+
+
+def test_one_notification_per_cause(alertmanager: tuple[str, Webhook]) -> None:
+    url, hook = alertmanager
+    request = urllib.request.Request(
+        f"{url}/api/v2/alerts",
+        data=json.dumps(POSTED).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+    wait_until(lambda: delivered(hook) >= EXPECTED, 30, "the causes' notifications")
+    time.sleep(3)  # three group intervals: anything not inhibited would have been sent
+    assert delivered(hook) == EXPECTED

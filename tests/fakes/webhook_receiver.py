@@ -1,0 +1,47 @@
+"""An Alertmanager webhook receiver in the test process: keeps every notification it is sent,
+so end-to-end tests can say which alerts reached people and which were held back."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class Webhook:
+    """Alertmanager's webhook receiver: keeps every notification it is sent."""
+
+    def __init__(self) -> None:
+        self.notifications: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with hook._lock:
+                    hook.notifications.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def alerts(self, status: str) -> set[tuple[str, str, str, str]]:
+        """(alertname, namespace, pod, uuid) of every alert delivered with `status`."""
+        with self._lock:
+            delivered = [a for n in self.notifications for a in n["alerts"]]
+        return {
+            tuple(a["labels"].get(k, "") for k in ("alertname", "namespace", "pod", "uuid"))
+            for a in delivered
+            if a["status"] == status
+        }
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
