@@ -27,7 +27,7 @@ from kube_gpu_exporter.rules.settings.alert import AlertsBase, alerts_model
 from kube_gpu_exporter.rules.settings.dashboards import Cost, Dashboards
 from kube_gpu_exporter.rules.settings.deployment import Deployment, PrometheusRuleSettings
 from kube_gpu_exporter.rules.settings.selectors import Labels, Selectors
-from kube_gpu_exporter.rules.settings.values import FrozenModel
+from kube_gpu_exporter.rules.settings.values import AlertLabels, FrozenModel
 
 if TYPE_CHECKING:  # the fields are the specs', made at run time; see AlertsBase
     Alerts = AlertsBase
@@ -51,6 +51,7 @@ class Config(FrozenModel):
     cost: Cost = Cost()
     dashboards: Dashboards = Dashboards()
     deployment: Deployment = Deployment()
+    alert_labels: AlertLabels = Field(default_factory=dict)  # routing labels on every alert
     alerts: Alerts = Alerts()
 
 

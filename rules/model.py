@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,7 @@ class AlertRule:
     severity: str
     summary: str
     description: str
+    labels: Mapping[str, str] = field(default_factory=dict)  # routing labels besides severity
 
     @property
     def anchor(self) -> str:

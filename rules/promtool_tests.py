@@ -88,7 +88,7 @@ def _group(cfg: Config, alert: AlertRule, case: Case) -> dict[str, Any]:
     for check in case.checks:
         alerts = [
             {
-                "exp_labels": {**f.labels, "severity": alert.severity},
+                "exp_labels": {**f.labels, "severity": alert.severity, **alert.labels},
                 "exp_annotations": {
                     "summary": alert.summary,
                     "description": render(alert.description, f.labels, f.value),

@@ -51,7 +51,7 @@ def rule_dict(cfg: Config, rule: AlertRule | RecordingRule) -> dict[str, Any]:
     out: dict[str, Any] = {"alert": rule.name, "expr": rule.expr}
     if rule.for_ not in ("0", "0s", "0m"):
         out["for"] = rule.for_
-    out["labels"] = {"severity": rule.severity}
+    out["labels"] = {"severity": rule.severity, **rule.labels}
     # The post-pass of the mixins: every alert links to its own runbook section.
     out["annotations"] = {
         "summary": rule.summary,

@@ -52,8 +52,15 @@ class AlertSpec(Generic[S]):
     def alert(self, q: Query) -> AlertRule:
         settings = self.of(q.config)
         text = self.rule(settings, q)
+        labels = {**q.config.alert_labels, **settings.labels}
         return AlertRule(
-            self.name, text.expr, settings.for_, settings.severity, self.summary, text.description
+            self.name,
+            text.expr,
+            settings.for_,
+            settings.severity,
+            self.summary,
+            text.description,
+            dict(sorted(labels.items())),
         )
 
     def case(self, w: World) -> Case:

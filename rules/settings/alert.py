@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import ConfigDict, Field, create_model
 
-from kube_gpu_exporter.rules.settings.values import Duration, FrozenModel, Severity
+from kube_gpu_exporter.rules.settings.values import AlertLabels, Duration, FrozenModel, Severity
 
 
 class AlertSettings(FrozenModel):
@@ -21,6 +21,7 @@ class AlertSettings(FrozenModel):
     enabled: Annotated[bool, Field(strict=True)] = True
     for_: Duration = Field(default="5m", alias="for")
     severity: Severity = "warning"
+    labels: AlertLabels = Field(default_factory=dict)  # routing labels; win over alert_labels
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -140,6 +140,19 @@ Duration = Annotated[str, AfterValidator(_check_duration)]
 PositiveDuration = Annotated[Duration, AfterValidator(_check_positive_duration)]
 Ratio = Annotated[float, Field(strict=True, gt=0, lt=1)]
 LabelName = Annotated[str, Field(pattern=_LABEL_NAME)]
+
+
+def _routing_labels(value: dict[str, str]) -> dict[str, str]:
+    reserved = sorted({"alertname", "severity"} & value.keys())
+    if reserved:
+        name = reserved[0]
+        raise ValueError(f"{name}: is the alert's own label (got {value[name]!r})")
+    return value
+
+
+# Extra labels an alert carries for routing (team, channel, ...): names Prometheus accepts,
+# never the alert's own alertname or severity.
+AlertLabels = Annotated[dict[LabelName, str], AfterValidator(_routing_labels)]
 Matchers = Annotated[str, AfterValidator(_check_matchers)]
 Severity = Literal["critical", "warning", "info"]
 Bytes = Annotated[int, BeforeValidator(_size), Field(ge=0)]

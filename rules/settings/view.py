@@ -8,6 +8,7 @@ caller passes a `Config`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from kube_gpu_exporter.rules.settings.alert import AlertsBase
@@ -31,3 +32,6 @@ class ConfigView(Protocol):
 
     @property
     def alerts(self) -> AlertsBase: ...
+
+    @property
+    def alert_labels(self) -> Mapping[str, str]: ...

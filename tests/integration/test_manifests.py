@@ -460,6 +460,11 @@ def test_the_default_job_is_the_service_name() -> None:
         ("deployment: {hostPID: true}", "deployment.hostPID: unknown key (got True)"),
         ("labels: {node: pod}", "labels.node: must not be one of job, namespace, pod, container"),
         (
+            "alerts: {GPULost: {labels: {severity: page}}}",
+            "alerts.GPULost.labels.severity: is the alert's own label (got 'page')",
+        ),
+        ("alert_labels: {1team: x}", "alert_labels"),
+        (
             """selectors: {exporter: 'job="x", namespace="gpu"'}""",
             "selectors.exporter: must not match on namespace: the exporter's series carry",
         ),

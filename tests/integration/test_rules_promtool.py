@@ -24,12 +24,13 @@ pytestmark = pytest.mark.skipif(
 MULTI_CLUSTER = """
 selectors: {exporter: 'job=~"gpu-exporter|kube-gpu-exporter", env="prod"'}
 labels: {node: node, cluster: cluster}
+alert_labels: {team: gpu-platform, page: "no"}
 cost: {gpu_hour: 3.1, currency: CHF}
 alerts:
   GPUAllocatedIdle: {threshold: 0.25, for: 1h30m}
   GPUMemoryNearFull: {threshold: 0.5, for: 0m, severity: critical}
   GPUTemperatureHigh: {threshold: 90.5, for: 90s}
-  GPUXidErrors: {window: 1h, for: 5m, xids: [79]}
+  GPUXidErrors: {window: 1h, for: 5m, xids: [79], labels: {page: "yes", team: hardware}}
   GPUXidApplicationErrors: {window: 2m, for: 5m}
   GPUEccUncorrectable: {window: 3m, for: 2m}
   GPUMemoryLeaked: {threshold: 0}
@@ -80,6 +81,26 @@ def test_promtool_rejects_rules_that_miss_their_tests(tmp_path: Path):
     result = promtool("test", "rules", "rules-test.yaml", cwd=tmp_path)
     assert result.returncode != 0
     assert "GPUMemoryNearFull" in result.stdout + result.stderr
+
+
+def test_routing_labels_reach_every_alert_and_an_alert_overrides_them(tmp_path: Path) -> None:
+    """The promtool run of the multi-cluster config checks each firing alert's labels; here,
+    that they are in the rules at all, with the per-alert value winning."""
+    (tmp_path / "thresholds.yaml").write_text(MULTI_CLUSTER)
+    out = tmp_path / "deploy"
+    args = ["--config", str(tmp_path / "thresholds.yaml"), "--out", str(out)]
+    assert generate([*args, "--runbooks", str(tmp_path / "runbooks.md")]) == 0
+    rules = [
+        r for g in yaml.safe_load((out / "rules.yaml").read_text())["groups"] for r in g["rules"]
+    ]
+    labels = {r["alert"]: r["labels"] for r in rules if "alert" in r}
+    assert labels["GPUXidErrors"] == {"severity": "critical", "page": "yes", "team": "hardware"}
+    assert labels["GPUTemperatureHigh"] == {
+        "severity": "warning",
+        "page": "no",
+        "team": "gpu-platform",
+    }
+    assert all(v.get("team") for v in labels.values())
 
 
 @pytest.mark.parametrize("config", [MULTI_CLUSTER, NO_FOR], ids=["multi-cluster", "no-for"])
