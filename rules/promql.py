@@ -17,11 +17,16 @@ from kube_gpu_exporter.rules.settings.view import ConfigView
 KSM_RESOURCEQUOTA = "kube_resourcequota"
 KSM_POD_STATUS_PHASE = "kube_pod_status_phase"
 KSM_CONTAINER_RESOURCE_REQUESTS = "kube_pod_container_resource_requests"
+KSM_NODE_ALLOCATABLE = "kube_node_status_allocatable"
 KSM_METRICS: tuple[str, ...] = (
     KSM_RESOURCEQUOTA,
     KSM_POD_STATUS_PHASE,
     KSM_CONTAINER_RESOURCE_REQUESTS,
+    KSM_NODE_ALLOCATABLE,
 )
+# kube-state-metrics' sanitised names of the GPU resources: nvidia.com/gpu (also renamed or
+# shared variants) and the MIG resources nvidia.com/mig-<profile>.
+KSM_GPU_RESOURCES = 'resource=~"nvidia_com_gpu.*|nvidia_com_mig_.*"'
 # Series Prometheus itself writes for every target.
 PROMETHEUS_METRICS: tuple[str, ...] = ("up",)
 

@@ -10,8 +10,14 @@ import math
 from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.rules.alert_text import AlertText, where
-from kube_gpu_exporter.rules.promql import Query, fmt_number
+from kube_gpu_exporter.rules.alert_text import AlertText, in_cluster, where
+from kube_gpu_exporter.rules.promql import (
+    KSM_GPU_RESOURCES,
+    KSM_NODE_ALLOCATABLE,
+    Query,
+    agg,
+    fmt_number,
+)
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
     Check,
@@ -26,7 +32,7 @@ from kube_gpu_exporter.rules.promtool_cases import (
 )
 from kube_gpu_exporter.rules.runbook_parts import EXPORTER_LOGS, NODE_GPUS, Runbook, promql, sh
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
-from kube_gpu_exporter.rules.settings.values import Duration, duration_seconds, parse_matchers
+from kube_gpu_exporter.rules.settings.values import Duration, duration_seconds, selector_labels
 from kube_gpu_exporter.rules.spec import AlertSpec
 
 
@@ -91,35 +97,60 @@ class AbsentAlert(AlertSettings):
     for_: Duration = Field(default="15m", alias="for")
 
 
+def _gpu_nodes(q: Query) -> str:
+    """GPU nodes per cluster, as kube-state-metrics sees them: nodes that offer a GPU resource."""
+    allocatable = q.ksm(KSM_NODE_ALLOCATABLE, KSM_GPU_RESOURCES)
+    return agg("count", q.cluster, agg("max", (*q.cluster, "node"), allocatable) + " > 0")
+
+
 def _absent_rule(a: AbsentAlert, q: Query) -> AlertText:
+    # Per cluster, and only where GPU nodes exist: one cluster losing every exporter alerts
+    # while another still has some, and a GPU pool scaled to zero does not.
+    targets = agg("count", q.cluster, q.up())
     return AlertText(
-        f"absent({q.up()})",
-        f"Prometheus has discovered no target matching {{{q.config.selectors.exporter}}}"
-        f"{{{{ with $labels.job }}}} (job {{{{ . }}}}){{{{ end }}}} for {a.for_}: no GPU in "
-        "the cluster is monitored.",
+        f"{_gpu_nodes(q)}\nunless {q.on(q.cluster)}\n{targets}",
+        f"{{{{ $value | humanize }}}} GPU nodes{in_cluster(q)} have had no exporter target "
+        f"matching {{{q.config.selectors.exporter}}} for {a.for_}: their GPUs are not "
+        "monitored.",
     )
 
 
 def _absent_case(a: AbsentAlert, w: World) -> Case:
+    """A GPU node without an exporter fires until the target appears; once the GPU pool scales
+    to zero (no GPU node, no target) nothing fires; another cluster that keeps its exporter
+    never fires."""
     appear = minutes(a.for_) + 10
+    n = appear + 30
+    ksm = selector_labels(w.q.config.selectors.kube_state_metrics)
+    gpu_node = {**ksm, **w.scope, "node": "node-a", "resource": "nvidia_com_gpu"}
     other = w.node("a") | {"job": "something-else"}
-    series = (
-        Series("up", other, steady(1, appear + 20)),
-        Series("up", w.node("a"), later(appear, steady(1, 20))),
+    series = [
+        Series("up", other, steady(1, n)),
+        Series(KSM_NODE_ALLOCATABLE, gpu_node, f"8+0x{appear + 10} 0+0x19"),
+        Series("up", w.node("a"), later(appear, "1+0x10 _x19")),
+    ]
+    if w.q.cluster:
+        elsewhere = {w.q.cluster[0]: "other-cluster"}
+        series += [
+            Series(KSM_NODE_ALLOCATABLE, gpu_node | elsewhere, steady(4, n)),
+            Series("up", w.node("b") | elsewhere, steady(1, n)),
+        ]
+    checks = (
+        *timeline(a.for_, (Firing(dict(w.scope), 1),)),
+        Check(appear + 5, ()),
+        Check(appear + 25, ()),
     )
-    # absent() carries the selector's equality matchers as labels.
-    matchers = parse_matchers(w.q.config.selectors.exporter)
-    labels = {k: v for k, op, v in matchers if op == "="}
-    checks = (*timeline(a.for_, (Firing(labels, 1),)), Check(appear + 5, ()))
-    return Case(series, checks)
+    return Case(tuple(series), checks)
 
 
 def _absent_runbook(a: AbsentAlert, q: Query) -> Runbook:
     return Runbook(
         meaning=(
-            f"For {a.for_} Prometheus has had no target matching "
+            f"For {a.for_} a cluster has had GPU nodes (kube-state-metrics: nodes offering "
+            "nvidia.com/gpu or a MIG resource) but no target matching "
             f"`{{{q.config.selectors.exporter}}}`: the exporter is not deployed, its "
-            "ServiceMonitor is not selected by Prometheus, or the job label differs."
+            "ServiceMonitor is not selected by Prometheus, or the job label differs. A cluster "
+            "whose GPU pool is scaled to zero does not alert."
         ),
         impact="No GPU in the cluster is monitored; every GPU alert is silent.",
         diagnosis="\n\n".join(
