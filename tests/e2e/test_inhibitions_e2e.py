@@ -23,6 +23,7 @@ import yaml
 
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
+from prometheus_server import ready
 from support import free_port, wait_until
 from webhook_receiver import Webhook
 
@@ -92,20 +93,12 @@ def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Webhook]]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _ready(url), 30, "Alertmanager to be ready")
+        wait_until(lambda: ready(url), 30, "Alertmanager to be ready")
         yield url, hook
     finally:
         proc.terminate()
         proc.wait(10)
         hook.close()
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def delivered(hook: Webhook) -> set[tuple[str, str]]:

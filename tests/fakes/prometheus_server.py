@@ -84,9 +84,7 @@ def run_prometheus(
         )
     server = Prometheus(f"http://127.0.0.1:{port}", proc, log_path)
     try:
-        wait_until(
-            lambda: proc.poll() is not None or _ready(server.url), what="Prometheus to start"
-        )
+        wait_until(lambda: proc.poll() is not None or ready(server.url), what="Prometheus to start")
         assert proc.poll() is None, log_path.read_text()
         yield server
     finally:
@@ -98,7 +96,8 @@ def run_prometheus(
             proc.wait()
 
 
-def _ready(url: str) -> bool:
+def ready(url: str) -> bool:
+    """Whether a Prometheus-family server (Prometheus, Alertmanager) at `url` says it is ready."""
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
             return response.status == 200
