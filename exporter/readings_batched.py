@@ -38,7 +38,9 @@ def _count(name: str, default: float = 0) -> ScenarioField:
     return ScenarioField(name, default, Kind.COUNT)
 
 
-# NVML field ids (nvml.h NVML_FI_DEV_*).
+# NVML field ids (nvml.h NVML_FI_DEV_*). The link count is asked once per GPU, with its first
+# batch: it says how many per-link fields (scopeId = link) the GPU has.
+NVLINK_LINK_COUNT_FIELD = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
 PCIE_BYTES = _fields(
     "pcie_bytes",
     (

@@ -21,8 +21,8 @@ import pynvml
 
 from kube_gpu_exporter.exporter.catalog import MetricType
 from kube_gpu_exporter.exporter.reading import Reading, Value, from_nvml
+from kube_gpu_exporter.exporter.readings_batched import NVLINK_LINK_COUNT_FIELD
 
-NVLINK_LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
 SCOPE_DEVICE = 0
 
 # NVML value type → the member of nvmlValue_t holding it, and its width in bits.
@@ -70,7 +70,7 @@ class FieldReader:
         asks = [a for a in self._asks(uuid, rows) if self._wanted(uuid, a)]
         ids = [(a.value.nvml_id, a.scope) for a in asks]
         if uuid not in self._links:
-            ids.append((NVLINK_LINK_COUNT, SCOPE_DEVICE))
+            ids.append((NVLINK_LINK_COUNT_FIELD, SCOPE_DEVICE))
         answers = pynvml.nvmlDeviceGetFieldValues(handle, ids) if ids else []
         result = FieldResult({}, {}, [])
         for ask, answer in zip(asks, answers, strict=False):

@@ -18,7 +18,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -39,7 +39,6 @@ class _Device:
     last: Any = None  # nvmlGpmSample_t of the previous cycle
     last_at: float = 0.0
     spare: Any = None
-    failed: list[int] = field(default_factory=list)  # this cycle's per-metric error codes
 
 
 def _metric(value: Value, raw: float) -> float | None:
@@ -96,11 +95,13 @@ class GpmReader:
         if previous is None:
             return {}, []
         try:
-            return self._metrics(device, previous, sample), device.failed
+            return self._metrics(device, previous, sample)
         finally:
             device.spare = previous
 
-    def _metrics(self, device: _Device, first: Any, second: Any) -> dict[str, float]:
+    def _metrics(
+        self, device: _Device, first: Any, second: Any
+    ) -> tuple[dict[str, float], list[int]]:
         request = self._request
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(device.values)
@@ -110,20 +111,20 @@ class GpmReader:
         pynvml.nvmlGpmMetricsGet(request)
         values: dict[str, float] = {}
         kept: list[Value] = []
-        device.failed = []
+        failed: list[int] = []
         for i, value in enumerate(device.values):
             entry = request.metrics[i]
             if entry.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED:
                 continue  # this GPU does not count it: never ask again
             kept.append(value)
             if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-                device.failed.append(int(entry.nvmlReturn))
+                failed.append(int(entry.nvmlReturn))
                 continue
             number = _metric(value, float(entry.value))
             if number is not None:
                 values[value.metric.name] = number
         device.values = kept
-        return values
+        return values, failed
 
     def keep(self, uuids: set[str]) -> None:
         """Free the samples of devices no longer discovered (MIG repartitioned, GPU gone)."""

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from kube_gpu_exporter.exporter.readings_table import (
     CLOCK_EVENTS,
     PROCESSES,
-    Source,
     Where,
     faulted_functions,
     numbers_on,
@@ -47,7 +46,7 @@ def _values(
     plain: dict[str, float] = {}
     labelled: dict[tuple[str, str], float] = {}
     for row in numbers_on(where):
-        if not faulted.isdisjoint(row.functions) and row.source is Source.CALL:
+        if not faulted.isdisjoint(row.functions):
             continue
         dropped = unsupported_values(row, unsupported)
         for value in row.values:

@@ -61,6 +61,7 @@ from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
 from kube_gpu_exporter.exporter.reading import NVML_UNIT
+from kube_gpu_exporter.exporter.readings_batched import NVLINK_LINK_COUNT_FIELD
 from kube_gpu_exporter.exporter.readings_table import (
     GPM,
     MEMORY,
@@ -78,9 +79,6 @@ LIBRARY_NAME = "libnvidia-ml.so.1"
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NO_INSTANCE = 0xFFFFFFFF  # NVML's gpuInstanceId/computeInstanceId outside MIG
-# NVML_FI_DEV_NVLINK_LINK_COUNT: the field the NVML sampler asks to learn how many links, and
-# so how many per-link fields, a GPU has. Written for GPUs with `nvlink_links` > 0.
-NVLINK_LINK_COUNT_FIELD = 91
 
 # A reading key declared `unsupported` in a scenario → the NVML functions it makes answer
 # NOT_SUPPORTED. Only rows read by their own calls fault functions; field-value and GPM keys
