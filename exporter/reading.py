@@ -98,6 +98,16 @@ class ScenarioField:
 
 
 @dataclass(frozen=True, slots=True)
+class Entry:
+    """One (fieldId, scopeId) of a GPU's batched field-value call, and the label values of the
+    series its answer becomes (the metric's extra labels, in the metric's order)."""
+
+    field_id: int
+    scope: int
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Value:
     """One catalog metric of a reading and the scenario state value it is played from.
 
@@ -107,8 +117,10 @@ class Value:
     Values of FIELDS and GPM rows also say which NVML number they are (`nvml_id`: the field
     id or the GPM metric id) and in which unit NVML gives it (`encoding`); `bits` is the width
     of a field's unsigned value (32: NVML_VALUE_TYPE_UNSIGNED_INT, which wraps), `per_link`
-    reads the field once per NVLink (scopeId = link). `label` is the value of the metric's one
-    extra label; the scenario may declare the value unsupported by its `state` name.
+    reads the field once per NVLink: with one field id and scopeId = link, or, where nvml.h
+    gives each link its own id (`link_ids`, the _L0…_L11 fields), with link n's id. `label`
+    is the value of the metric's extra label after `link`; the scenario may declare the value
+    unsupported by its `state` name.
     """
 
     metric: c.Metric
@@ -118,7 +130,24 @@ class Value:
     encoding: Encoding = Encoding.INTEGER
     bits: int = 64
     per_link: bool = False
+    link_ids: tuple[int, ...] = ()
     label: str = ""
+
+    def entries(self, links: int) -> tuple[Entry, ...]:
+        """What this value is asked as on a GPU with `links` NVLinks, and its series' labels.
+
+        One entry for a device-wide value (for a value not read as a field value only its
+        labels count); one per link for a per-link one. The _L0…_L11 fields predate scopeId
+        (the member was `unused`, to be 0): the link is in the id, so they are asked with
+        scopeId 0, and only for the links nvml.h has ids for (an H100's links 12–17 have none).
+        """
+        tail = (self.label,) if self.label else ()
+        if not self.per_link:
+            return (Entry(self.nvml_id, 0, tail),)
+        if self.link_ids:
+            count = min(links, len(self.link_ids))
+            return tuple(Entry(self.link_ids[n], 0, (str(n), *tail)) for n in range(count))
+        return tuple(Entry(self.nvml_id, n, (str(n), *tail)) for n in range(links))
 
 
 @dataclass(frozen=True, slots=True)

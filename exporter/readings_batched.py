@@ -76,6 +76,35 @@ NVLINK_BYTES = _fields(
     _count("nvlink_transmit_bytes"),  # per link: every link of the device carries this much
     _count("nvlink_receive_bytes"),
 )
+
+
+def _link_ids(first: int, later: int) -> tuple[int, ...]:
+    """An NVLink error counter's field id per link: nvml.h numbers _L0…_L5 from `first` and
+    _L6…_L11, added later, from `later`."""
+    return (*range(first, first + 6), *range(later, later + 6))
+
+
+def _nvlink_errors(kind: str, first: int, later: int) -> Value:
+    ids = _link_ids(first, later)
+    state = f"nvlink_{kind}_errors"
+    return Value(c.NVLINK_ERRORS, state, nvml_id=ids[0], per_link=True, link_ids=ids, label=kind)
+
+
+# NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_L0…_L11: a GPU without
+# NVLink reports no links, so none is asked and its series are absent, not 0.
+NVLINK_ERRORS = _fields(
+    "nvlink_errors",
+    (
+        _nvlink_errors("crc_flit", 32, 96),
+        _nvlink_errors("crc_data", 39, 102),
+        _nvlink_errors("replay", 46, 108),
+        _nvlink_errors("recovery", 53, 114),
+    ),
+    _count("nvlink_crc_flit_errors"),  # per link: every link of the device has this many
+    _count("nvlink_crc_data_errors"),
+    _count("nvlink_replay_errors"),
+    _count("nvlink_recovery_errors"),
+)
 REMAPPED_ROWS = _fields(
     "remapped_rows",
     (

@@ -65,8 +65,9 @@ class DeviceSample:
     clock_events: frozenset[str] | None = None  # active reasons; None when not readable
     xid_counts: Mapping[int, int] = field(default_factory=dict)
     processes: tuple[ProcessSample, ...] | None = None  # None when NVML cannot list them
-    # (catalog metric name, value of its one extra label: link, cause, reason) → value
-    labelled: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # (catalog metric name, *its extra labels' values in the metric's order: link, cause,
+    # reason; link and type) → value
+    labelled: Mapping[tuple[str, ...], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,15 @@ NVLINK_RECEIVE_BYTES = Metric(
     D,
     ("link",),
 )
+NVLINK_ERRORS = Metric(
+    "nvidia_gpu_nvlink_errors_total",
+    C,
+    "",
+    "Errors one NVLink counted since the driver loaded, by type: crc_flit and crc_data (a "
+    "flit or data failed its CRC), replay (resent), recovery (the link retrained).",
+    D,
+    ("link", "type"),
+)
 REMAPPED_ROWS = Metric(
     "nvidia_gpu_remapped_rows",
     G,
@@ -120,10 +129,11 @@ HARDWARE_VALUE_METRICS: tuple[Metric, ...] = (
     ENCODER_UTILIZATION,
     DECODER_UTILIZATION,
 )
-# One number per device and value of the metric's one extra label, in render order.
+# One number per device and value of the metric's extra labels, in render order.
 HARDWARE_LABELLED_METRICS: tuple[Metric, ...] = (
     NVLINK_TRANSMIT_BYTES,
     NVLINK_RECEIVE_BYTES,
+    NVLINK_ERRORS,
     REMAPPED_ROWS,
     CLOCK_EVENT_DURATION,
 )

@@ -189,7 +189,7 @@ def _fb_free_bytes(values: Mapping[str, float]) -> float | None:
 
 def _nvlink_bytes(gpu: DeviceSample) -> float | None:
     """Bytes over every NVLink of the GPU in both directions; None if NVML gave no link's."""
-    counts = [v for (name, _link), v in gpu.labelled.items() if name in _NVLINK]
+    counts = [v for (name, *_link), v in gpu.labelled.items() if name in _NVLINK]
     return sum(counts) if counts else None
 
 

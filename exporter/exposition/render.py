@@ -85,11 +85,10 @@ class SnapshotCollector:
 
         for metric in c.HARDWARE_LABELLED_METRICS:
             fam = family(metric)
-            label = metric.labels[0]
             for device, base in zip(devices, labels, strict=True):
-                for (name, label_value), value in device.labelled.items():
+                for (name, *label_values), value in device.labelled.items():
                     if name == metric.name:
-                        add(fam, base | {label: label_value}, value)
+                        add(fam, base | dict(zip(metric.labels, label_values, strict=True)), value)
             yield fam
 
         processes = family(c.COMPUTE_PROCESSES)

@@ -2,8 +2,9 @@
 
 The readings table's FIELDS rows (exporter/readings_batched.py) name the field ids; every
 value comes back with its own return code, so a field the GPU or driver lacks is dropped for
-good and the rest stay. NVLink fields are per link (scopeId = link): the link count is asked
-once, with the first batch, and per-link fields are read from the next cycle on.
+good and the rest stay. NVLink fields are per link (scopeId = link, or one field id per link
+for the error counters): the link count is asked once, with the first batch, and per-link
+fields are read from the next cycle on; a GPU without NVLink asks none.
 
 Counters are accumulated from their increments, modulo the width of the value NVML returns:
 the PCIe byte counters are 32-bit and wrap every 4 GiB, so a served counter only resets when
@@ -20,7 +21,7 @@ from typing import Any
 import pynvml
 
 from kube_gpu_exporter.exporter.catalog import MetricType
-from kube_gpu_exporter.exporter.reading import Reading, Value, from_nvml
+from kube_gpu_exporter.exporter.reading import Entry, Reading, Value, from_nvml
 from kube_gpu_exporter.exporter.readings_batched import NVLINK_LINK_COUNT_FIELD
 
 SCOPE_DEVICE = 0
@@ -36,7 +37,7 @@ VALUE_TYPES: dict[int, tuple[str, int]] = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: ("usVal", 16),
 }
 
-Series = tuple[str, str]  # (catalog metric name, its extra label's value or "")
+Series = tuple[str, ...]  # (catalog metric name, *its extra labels' values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,7 @@ class _Ask:
     """One (field id, scope) of the batch and where its answer goes."""
 
     value: Value
-    scope: int
-    label: str
+    entry: Entry
 
 
 @dataclass
@@ -68,7 +68,7 @@ class FieldReader:
 
     def read(self, uuid: str, handle: Any, rows: Iterable[Reading]) -> FieldResult:
         asks = [a for a in self._asks(uuid, rows) if self._wanted(uuid, a)]
-        ids = [(a.value.nvml_id, a.scope) for a in asks]
+        ids = [(a.entry.field_id, a.entry.scope) for a in asks]
         if uuid not in self._links:
             ids.append((NVLINK_LINK_COUNT_FIELD, SCOPE_DEVICE))
         answers = pynvml.nvmlDeviceGetFieldValues(handle, ids) if ids else []
@@ -82,19 +82,17 @@ class FieldReader:
         return result
 
     def _asks(self, uuid: str, rows: Iterable[Reading]) -> Iterable[_Ask]:
+        links = self._links.get(uuid, 0)
         for row in rows:
             for value in row.values:
-                if value.per_link:
-                    for link in range(self._links.get(uuid, 0)):
-                        yield _Ask(value, link, str(link))
-                else:
-                    yield _Ask(value, SCOPE_DEVICE, value.label)
+                for entry in value.entries(links):
+                    yield _Ask(value, entry)
 
     def _wanted(self, uuid: str, ask: _Ask) -> bool:
-        return (uuid, ask.value.nvml_id, ask.scope) not in self._unsupported
+        return (uuid, ask.entry.field_id, ask.entry.scope) not in self._unsupported
 
     def _take(self, uuid: str, ask: _Ask, answer: Any, result: FieldResult) -> None:
-        key = (uuid, ask.value.nvml_id, ask.scope)
+        key = (uuid, ask.entry.field_id, ask.entry.scope)
         if answer.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED:
             self._unsupported.add(key)
             return
@@ -105,8 +103,8 @@ class FieldReader:
         if ask.value.metric.type is MetricType.COUNTER:
             raw = self._accumulate(key, int(raw), VALUE_TYPES.get(answer.valueType, ("", 0))[1])
         number = from_nvml(ask.value.encoding, raw) * ask.value.scale
-        if ask.label or ask.value.per_link:
-            result.labelled[(ask.value.metric.name, ask.label)] = number
+        if ask.entry.labels:
+            result.labelled[(ask.value.metric.name, *ask.entry.labels)] = number
         else:
             result.values[ask.value.metric.name] = number
 

@@ -227,7 +227,7 @@ class NvmlSampler:
 
     def _field_values(
         self, device: Device, where: Where, values: dict[str, float], errors: Counter[str]
-    ) -> dict[tuple[str, str], float]:
+    ) -> dict[tuple[str, ...], float]:
         """The GPU's batched field values: plain ones into `values`, labelled ones returned."""
         rows = fields_on(where)
         uuid = device.identity.uuid

@@ -34,17 +34,18 @@ MIG_SLICES = 7
 
 def _values(
     state: DeviceState | MigState, where: Where, unsupported: frozenset[str], links: int = 0
-) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+) -> tuple[dict[str, float], dict[tuple[str, ...], float]]:
     """The numbers NVML would give for this kind of device, from the readings table.
 
     A row read by its own call is dropped when one of its NVML functions is faulted: one
     unsupported key drops every reading of that call (both clocks come from one), as
     NOT_SUPPORTED on a real driver. Field values and GPM metrics drop value by value. Values
-    of labelled metrics go to the second map, one per NVLink for a per-link field.
+    of labelled metrics go to the second map, one per NVLink for a per-link field (the links
+    the NVML sampler asks for: Value.entries).
     """
     faulted = faulted_functions(unsupported)
     plain: dict[str, float] = {}
-    labelled: dict[tuple[str, str], float] = {}
+    labelled: dict[tuple[str, ...], float] = {}
     for row in numbers_on(where):
         if not faulted.isdisjoint(row.functions):
             continue
@@ -53,12 +54,11 @@ def _values(
             if value.state in dropped:
                 continue
             number = float(state.readings[value.state]) * value.scale
-            if value.per_link:
-                labelled.update({(value.metric.name, str(n)): number for n in range(links)})
-            elif value.label:
-                labelled[(value.metric.name, value.label)] = number
-            else:
-                plain[value.metric.name] = number
+            for entry in value.entries(links):
+                if entry.labels:
+                    labelled[(value.metric.name, *entry.labels)] = number
+                else:
+                    plain[value.metric.name] = number
     return plain, labelled
 
 

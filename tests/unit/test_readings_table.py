@@ -10,11 +10,13 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from fakenvml import SOURCE, UNSUPPORTED_FUNCTIONS, render_state
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.nvml.readings import READERS, ProcessReader, read_clock_events
+from kube_gpu_exporter.exporter.readings_batched import NVLINK_BYTES, NVLINK_ERRORS
 from kube_gpu_exporter.exporter.readings_table import (
     CLOCK_EVENTS,
     PROCESSES,
@@ -22,6 +24,7 @@ from kube_gpu_exporter.exporter.readings_table import (
     Reading,
     Shape,
     Source,
+    Value,
     Where,
 )
 from kube_gpu_exporter.exporter.simulated.scenario import READING_KEYS, Readings, Scenario
@@ -79,9 +82,12 @@ def test_every_row_has_a_reader() -> None:
         if row.source is not Source.CALL:
             assert all(v.nvml_id > 0 for v in row.values), row.key
             assert row.line is None and row.shape is Shape.NUMBERS, row.key
-    labelled = {v.metric for row in READINGS for v in row.values if v.label or v.per_link}
-    assert labelled == set(c.HARDWARE_LABELLED_METRICS)
-    assert all(len(m.labels) == 1 for m in labelled)
+    labelled = [v for row in READINGS for v in row.values if v.label or v.per_link]
+    assert {v.metric for v in labelled} == set(c.HARDWARE_LABELLED_METRICS)
+    # A value fills each of its metric's extra labels: `link` first when per link, then `label`.
+    for v in labelled:
+        assert len(v.metric.labels) == int(v.per_link) + int(bool(v.label)), v.state
+        assert not v.per_link or v.metric.labels[0] == "link", v.state
     # The NVML sampler reads the other shapes with their own code.
     assert {row.key: row.shape for row in READINGS if row.shape is not Shape.NUMBERS} == {
         CLOCK_EVENTS.key: Shape.REASONS,
@@ -140,3 +146,29 @@ def test_metrics_are_documented(row: Reading) -> None:
     doc = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
     for metric in row.metrics:
         assert f"`{metric.name}`" in doc or f"`{metric.name}{{" in doc, metric.name
+
+
+@pytest.mark.parametrize("value", NVLINK_ERRORS.values, ids=lambda v: v.label)
+def test_nvlink_error_counters_are_nvml_h_fields_one_id_per_link(value: Value) -> None:
+    kind = value.label.upper()
+    ids = tuple(getattr(pynvml, f"NVML_FI_DEV_NVLINK_{kind}_ERROR_COUNT_L{n}") for n in range(12))
+    assert value.link_ids == ids and value.nvml_id == ids[0]
+    assert value.metric is c.NVLINK_ERRORS and value.metric.labels == ("link", "type")
+
+
+def test_per_link_values_are_asked_per_link_and_not_without_nvlink() -> None:
+    """Byte counters: one id, scopeId = link. Error counters: each link its own id (scopeId 0),
+    and nvml.h has ids for links 0-11 only, so an 18-link H100 reads 12 links' errors."""
+    tx = NVLINK_BYTES.values[0]
+    crc = NVLINK_ERRORS.values[0]
+    assert [(e.field_id, e.scope, e.labels) for e in tx.entries(2)] == [
+        (138, 0, ("0",)),
+        (138, 1, ("1",)),
+    ]
+    assert [(e.field_id, e.scope, e.labels) for e in crc.entries(2)] == [
+        (32, 0, ("0", "crc_flit")),
+        (33, 0, ("1", "crc_flit")),
+    ]
+    assert len(tx.entries(18)) == 18 and len(crc.entries(18)) == 12
+    assert crc.entries(18)[-1].field_id == pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L11
+    assert tx.entries(0) == crc.entries(0) == ()

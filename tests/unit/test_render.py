@@ -112,7 +112,7 @@ devices:
     nvlink_links: 2
     unsupported: [fp64_active, remapped_rows]
     readings: {sm_active: 0.5, tensor_active: 0.25, nvlink_transmit_bytes: 4096,
-               pcie_receive_bytes_per_second: 1048576}
+               pcie_receive_bytes_per_second: 1048576, nvlink_recovery_errors: 3}
   - name: NVIDIA A100-SXM4-40GB
     unsupported: [gpm]
     mig:
@@ -129,6 +129,11 @@ devices:
     assert values(parsed, "nvidia_gpu_fp32_active_ratio", **gpu0) == [0]
     assert values(parsed, "nvidia_gpu_nvlink_transmit_bytes_total", link="1", **gpu0) == [4096]
     assert len(values(parsed, "nvidia_gpu_nvlink_transmit_bytes_total", **gpu0)) == 2
+    errors = "nvidia_gpu_nvlink_errors_total"
+    assert values(parsed, errors, link="1", type="recovery", **gpu0) == [3]
+    assert values(parsed, errors, link="0", type="crc_flit", **gpu0) == [0]
+    assert len(values(parsed, errors, **gpu0)) == 2 * 4  # links × types
+    assert len(values(parsed, errors)) == 2 * 4  # the A100 has no NVLink: no series at all
     assert values(parsed, "nvidia_gpu_remapped_rows", **gpu0) == []
     reasons = values(parsed, "nvidia_gpu_clock_event_duration_seconds_total", **gpu0)
     assert reasons == [0, 0, 0]

@@ -27,7 +27,8 @@ State file lines (the C file's header is the reference):
     codec <encoder %> <decoder %>
     field <field id> <scope id> <32|64> <value>
                                            (one per field value NVML answers; scope id: the
-                                           NVLink of a per-link field, else 0)
+                                           NVLink of a per-link field, else 0; the NVLink
+                                           error counters have one field id per link)
     gpm_supported <0|1>
     gpm <metric id> <value>                (a double in NVML's unit: percent, MiB/s)
     error <NVML function name> <code>      (one per faulted function)
@@ -207,7 +208,8 @@ def _reading_lines(device: DeviceState) -> list[str]:
 
 
 def _field_lines(device: DeviceState) -> list[str]:
-    """`field` lines of the FIELDS rows' supported values, per link for per-link values.
+    """`field` lines of the FIELDS rows' supported values, per link for per-link values
+    (scopeId = link, or each link's own field id with scopeId 0: Value.entries).
 
     A value is NVML's integer modulo 2**bits: a 32-bit counter past 2**32 reads wrapped.
     """
@@ -221,8 +223,10 @@ def _field_lines(device: DeviceState) -> list[str]:
                 continue
             number = _nvml_integer(device.readings[value.state], value.encoding)
             number %= 1 << value.bits
-            scopes = range(device.nvlink_links) if value.per_link else (0,)
-            lines += [f"field {value.nvml_id} {scope} {value.bits} {number}" for scope in scopes]
+            lines += [
+                f"field {entry.field_id} {entry.scope} {value.bits} {number}"
+                for entry in value.entries(device.nvlink_links)
+            ]
     if device.nvlink_links > 0:
         lines.append(f"field {NVLINK_LINK_COUNT_FIELD} 0 32 {device.nvlink_links}")
     return lines

@@ -40,10 +40,11 @@
  *   codec <encoder %> <decoder %>      video engine utilization (sampling period 100000 us)
  *   field <fieldId> <scopeId> <bits> <value>
  *                                      one field value of nvmlDeviceGetFieldValues: scopeId 0,
- *                                      or the NVLink of a per-link field; bits 32 (answered as
- *                                      NVML_VALUE_TYPE_UNSIGNED_INT, value < 2^32) or 64
- *                                      (UNSIGNED_LONG_LONG); at most 128 per device, each
- *                                      (fieldId, scopeId) once
+ *                                      or the NVLink of a per-link field (the NVLink error
+ *                                      counters _L0.._L11 have a fieldId per link, scopeId 0);
+ *                                      bits 32 (answered as NVML_VALUE_TYPE_UNSIGNED_INT,
+ *                                      value < 2^32) or 64 (UNSIGNED_LONG_LONG); at most 256
+ *                                      per device, each (fieldId, scopeId) once
  *   gpm_supported <0|1>                GPM (nvmlGpmQueryDeviceSupport); absent: 0
  *   gpm <metricId> <value>             a GPM metric of the whole GPU: a double in NVML's unit
  *                                      (percent 0-100, MiB/s)
@@ -120,7 +121,7 @@ enum {
 #define MAX_SETS 64
 #define MAX_REGS MAX_GPUS
 #define STR 96
-#define MAX_FIELDS 128
+#define MAX_FIELDS 256 /* 18 links' byte counters, 12 links' error counters, the rest */
 #define MAX_GPM 256 /* gpm + mig_gpm lines per device */
 
 #define EVENT_XID 0x8ULL
@@ -423,7 +424,7 @@ static int parse_state(const char *path, state_t *out) {
                 find_field(g, f.id, f.scope))
                 rc = parse_error(path, line,
                                  "field <id> <scope> <32|64> <value> (fits the bits; each id and "
-                                 "scope once; at most 128 per device)");
+                                 "scope once; at most 256 per device)");
             else
                 g->field[g->nfield++] = f;
         } else if (!strcmp(key, "gpm_supported")) {
