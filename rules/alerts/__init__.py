@@ -15,6 +15,7 @@ from kube_gpu_exporter.rules.alerts import (
     device_clocks,
     device_faults,
     device_health,
+    device_links,
     exporter,
     nodes,
     workload_xids,
@@ -30,7 +31,7 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
     ("kube-gpu-exporter.workloads", (*workloads.SPECS, *workload_xids.SPECS)),
     (
         "kube-gpu-exporter.devices",
-        (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS),
+        (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS, *device_links.SPECS),
     ),
     ("kube-gpu-exporter.nodes", nodes.SPECS),
     ("kube-gpu-exporter.exporter", exporter.SPECS),

@@ -3,8 +3,8 @@
 They come with the other field values in one batched call per GPU: each link has its own field
 id per error type (nvml.h's _L0…_L11), asked once the link count is known. A GPU without NVLink
 reports no links, so none is asked and its series are absent rather than 0. The served counter
-keeps counting across an `nvidia-smi nvlink -r` reset, so `increase()` in the alert sees only
-new errors.
+keeps counting when NVML's counters go back to 0, so `increase()` in the alert sees only new
+errors.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ devices:
     readings: {{nvlink_crc_flit_errors: 5, nvlink_replay_errors: 2, nvlink_recovery_errors: 1}}
     timeline:
       - {{at: 10, readings: {{nvlink_crc_flit_errors: 12, nvlink_recovery_errors: 2}}}}
-      - {{at: 20, readings: {{nvlink_crc_flit_errors: 0}}}}  # nvidia-smi nvlink -r
+      - {{at: 20, readings: {{nvlink_crc_flit_errors: 0}}}}  # NVML's counters reset
       - {{at: 30, readings: {{nvlink_crc_flit_errors: 3}}}}
   - uuid: {L40S}
     name: NVIDIA L40S
@@ -152,8 +152,8 @@ def test_the_simulated_backend_plays_what_nvml_reads(nvml_state: Path) -> None:
 
 
 def test_the_served_counter_keeps_counting_across_a_reset(nvml_state: Path) -> None:
-    """`nvidia-smi nvlink -r` sets NVML's counters back to 0: the served total goes on from
-    where it was, so increase() over a window holding the reset counts only new errors."""
+    """NVML's counters set back to 0 (a reset of the GPU's counters): the served total goes on
+    from where it was, so increase() over a window holding the reset counts only new errors."""
     served = [
         errors_of(cycle[H100])[("0", "crc_flit")]
         for cycle in cycles(nvml_state, [0, 0, 10, 20, 30])[1:]
