@@ -93,7 +93,7 @@ def namespace_sum(q: Query, role: str, *matchers: str) -> str:
 
 
 def idle_allocations(q: Query, threshold: str, *matchers: str) -> str:
-    return f"{recorded(q, 'allocation_utilization', *matchers)} < {threshold}"
+    return f"{recorded(q, 'allocation_activity', *matchers)} < {threshold}"
 
 
 def quota(q: Query, *matchers: str) -> str:

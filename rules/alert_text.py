@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kube_gpu_exporter.rules.promql import Query
+from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.rules.promql import POD_LABELS, Query, agg
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,4 +42,35 @@ def where(q: Query) -> str:
 
 
 def device(q: Query) -> str:
-    return f"GPU {label('gpu')} ({label('uuid')}) {where(q)}"
+    """`GPU 0 (GPU-…) on node-a, held by ns/pod,` — the holders only where there are any."""
+    return f"GPU {label('gpu')} ({label('uuid')}) {where(q)}{holders(q)}"
+
+
+def go_string(text: str) -> str:
+    """`text` as a Go template string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def query_list(expr: str, keys: tuple[str, ...], sort_by: str, item: str, around: str) -> str:
+    """A block that lists what `expr` returns for this alert, sorted by `sort_by`: `expr`
+    holds one `%q` per label in `keys`, filled with the alert's own values; `item` is written
+    once per result (with `{{ .Labels.NAME }}`), inside `around`'s `{}`; nothing at all when
+    the query returns nothing. rules/templates.py renders it for the promtool expectations."""
+    args = " ".join(f"$labels.{k}" for k in keys)
+    before, after = around.split("{}")
+    return (
+        f"{{{{ with query (printf {go_string(expr)} {args}) | sortByLabel {go_string(sort_by)} }}}}"
+        f"{before}{{{{ range . }}}}{item}{{{{ end }}}}{after}{{{{ end }}}}"
+    )
+
+
+def row(name: str) -> str:
+    """A label of one result inside a `query_list` item."""
+    return f"{{{{ .Labels.{name} }}}}"
+
+
+def holders(q: Query) -> str:
+    """`, held by ns/pod ns/pod,` naming every pod allocated to the alert's device (nothing
+    when none is): the alert's labels name a holder only when there is exactly one."""
+    expr = agg("max", POD_LABELS, q.sel(c.ALLOCATION_INFO, *(f"{k}=%q" for k in q.device)))
+    return query_list(expr, q.device, "pod", f" {row('namespace')}/{row('pod')}", ", held by{},")

@@ -22,6 +22,9 @@ class AlertRule:
     summary: str
     description: str
     labels: Mapping[str, str] = field(default_factory=dict)  # routing labels besides severity
+    # How long the alert stays firing after its condition last held (Prometheus 2.42+): a
+    # flapping condition sends one notification, not a resolve and a new page per flap.
+    keep_firing_for: str = "0s"
 
     @property
     def anchor(self) -> str:

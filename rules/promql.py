@@ -31,6 +31,9 @@ KSM_GPU_RESOURCES = 'resource=~"nvidia_com_gpu.*|nvidia_com_mig_.*"'
 PROMETHEUS_METRICS: tuple[str, ...] = ("up",)
 
 POD_LABELS: tuple[str, ...] = ("namespace", "pod")
+# What names a device's holder on an alert: its pod, and the pod's workload where the exporter
+# watches pods (`owner_kind`/`owner_name` are absent otherwise, and then not joined).
+HOLDER_LABELS: tuple[str, ...] = (*POD_LABELS, "owner_kind", "owner_name")
 
 
 def by(labels: tuple[str, ...]) -> str:
@@ -139,6 +142,21 @@ class Query:
         per-device memory rules, since their framebuffer is the sum of their instances'."""
         info = self.sel(c.GPU_INFO, 'parent_uuid!=""')
         return f'label_replace({info}, "uuid", "$1", "parent_uuid", "(.+)")'
+
+    def with_holder(self, device_expr: str) -> str:
+        """`device_expr` (one series per device) with its holder's namespace, pod and owner
+        joined on where exactly one pod holds the device, so that the alert routes to the team
+        using it; a device several pods share, or none holds, keeps its series as it is (its
+        description lists the holders instead: `alert_text.holders`)."""
+        held = agg("max", (*self.device, *HOLDER_LABELS), self.sel(c.ALLOCATION_INFO))
+        sole = f"{held}\n  and {self.on(self.device)}\n{agg('count', self.device, held)} == 1"
+        return (
+            f"(\n{device_expr}\n)\n"
+            f"  * {self.on(self.device)} group_left ({', '.join(HOLDER_LABELS)})\n"
+            f"({sole})\n"
+            f"or {self.on(self.device)}\n"
+            f"(\n{device_expr}\n)"
+        )
 
     def pods_on(self, device_expr: str) -> str:
         """`device_expr` (one series per device) once per pod allocated to the device, with the

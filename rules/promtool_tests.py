@@ -91,7 +91,7 @@ def _group(cfg: Config, alert: AlertRule, case: Case) -> dict[str, Any]:
                 "exp_labels": {**f.labels, "severity": alert.severity, **alert.labels},
                 "exp_annotations": {
                     "summary": alert.summary,
-                    "description": render(alert.description, f.labels, f.value),
+                    "description": render(alert.description, f.labels, f.value, f.rows),
                     "runbook_url": runbook_url(cfg, alert),
                 },
             }

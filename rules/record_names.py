@@ -11,8 +11,9 @@ from kube_gpu_exporter.rules.promql import Query
 
 
 def names(q: Query) -> dict[str, str]:
-    """Recorded series' names by role."""
+    """Recorded series' names by role. The activity window is the idle alert's (`avg1h`)."""
     alloc = f"{q.node_label}_uuid_namespace_pod"
+    window = q.config.alerts.GPUAllocatedIdle.window
     return {
         "node_utilization": f"{q.node_label}:nvidia_gpu_utilization_ratio:avg",
         "cluster_utilization": "cluster:nvidia_gpu_utilization_ratio:avg",
@@ -22,7 +23,7 @@ def names(q: Query) -> dict[str, str]:
         "namespace_utilization": "namespace:nvidia_gpu_pod_utilization_ratio:avg",
         "namespace_memory_used": "namespace:nvidia_gpu_pod_memory_used_bytes:sum",
         "allocation_share": f"{alloc}:nvidia_gpu_allocated_gpus:share",
-        "allocation_utilization": f"{alloc}:nvidia_gpu_pod_utilization_ratio:sum_avg5m",
+        "allocation_activity": f"{alloc}:nvidia_gpu_pod_activity_ratio:avg{window}",
         "allocation_idle": f"{alloc}:nvidia_gpu_idle_gpus:share",
         "namespace_allocated": "namespace:nvidia_gpu_allocated_gpus:sum",
         "namespace_idle": "namespace:nvidia_gpu_idle_gpus:sum",

@@ -2,20 +2,24 @@
 idle GPUs cost.
 
 Names follow `level:metric:operations`. The allocation group defines "idle" once, with the
-same threshold as GPUAllocatedIdle, and the dashboards read these series instead of repeating
-the joins:
+threshold and window of GPUAllocatedIdle, which alerts on these series; the dashboards and the
+cost read them too instead of repeating the joins:
 
 - a pod's hold on a device is worth `s / k` GPUs when `k` pods share the device (time-slicing
   or MPS) and `s` is the device's share of its physical GPU (`nvidia_gpu_share_ratio`: 1 for a
   whole GPU, 1/7 for an A100's 1g.10gb), so neither shared GPUs nor MIG slices are counted as
-  whole GPUs;
-- the hold is idle when the pod's 5-minute average utilization of the device is under the
-  threshold;
+  whole GPUs. Each hold also carries `workload` (the pod's owner, or the pod itself) and
+  `owner_kind`, so that idle GPUs add up per workload;
+- a hold's activity is the pod's own utilization averaged over the idle window: the device's
+  for a pod alone on a whole GPU, its processes' on a shared one, its instance's GPM activity
+  on a Hopper MIG slice. Where a hold has no utilization series (an Ampere MIG slice, a
+  shared GPU whose processes cannot be tied to pods) its activity is the share of the window
+  in which the device had any compute process — but only on nodes where the exporter sees
+  every process (hostPID): a slice with no process for the window is surely idle, one with a
+  process counts as busy;
+- the hold is idle when that activity is under the threshold and its device is not lost;
 - idle GPU-hours over the last hour integrate the idle-GPU count with a 15-second subquery, so
   the result does not depend on the rule evaluation interval.
-
-A pod on a MIG instance is judged by its instance's GPM activity (Hopper and newer); on Ampere
-MIG it has no utilization series and is never counted idle here.
 """
 
 from __future__ import annotations
@@ -51,9 +55,34 @@ def utilization_group(q: Query) -> RuleGroup:
     return RuleGroup("kube-gpu-exporter.utilization.rules", rules)
 
 
+def holds(q: Query) -> str:
+    """One series per pod's hold on a device, with its workload: `workload` is the owner's
+    name where the exporter watches pods (a Deployment, not its ReplicaSet), else the pod's."""
+    held = agg("max", (*q.allocation, "owner_kind", "owner_name"), q.sel(c.ALLOCATION_INFO))
+    by_pod = f'label_replace({held}, "workload", "$1", "pod", "(.+)")'
+    return f'label_replace(\n  {by_pod},\n  "workload", "$1", "owner_name", "(.+)"\n)'
+
+
+def activity(q: Query, window: str) -> str:
+    """Each hold's activity over `window`: the pod's own utilization, else the share of the
+    window its device ran any process (where the exporter sees every process)."""
+    own = agg("sum", q.allocation, f"avg_over_time({q.sel(c.POD_UTILIZATION)}[{window}])")
+    busy = agg(
+        "max", q.device, f"avg_over_time(clamp_max({q.sel(c.COMPUTE_PROCESSES)}, 1)[{window}:1m])"
+    )
+    sees_all = (
+        f"{q.on(q.node)} group_left () ({agg('max', q.node, q.sel(c.HOST_PID_NAMESPACE))} == 1)"
+    )
+    proxy = (
+        f"{agg('max', q.allocation, q.sel(c.ALLOCATION_INFO))}\n"
+        f"  * {q.on(q.device)} group_left ()\n({busy}\n  * {sees_all})"
+    )
+    return f"{own}\nor {q.on(q.device)}\n{proxy}"
+
+
 def allocation_group(cfg: ConfigView, q: Query) -> RuleGroup:
     n = names(q)
-    holds = agg("max", q.allocation, q.sel(c.ALLOCATION_INFO))
+    idle = GPU_ALLOCATED_IDLE.of(cfg)
     pods_per_device = agg(
         "count", q.device, agg("max", (*q.device, *("namespace", "pod")), q.sel(c.ALLOCATION_INFO))
     )
@@ -61,23 +90,21 @@ def allocation_group(cfg: ConfigView, q: Query) -> RuleGroup:
     # an exporter predating the share series serves none.
     share = agg("max", q.device, q.sel(c.SHARE))
     share_or_whole = f"({share}\n  or {q.on(q.device)} 0 * {pods_per_device} + 1)"
-    threshold = fmt_number(GPU_ALLOCATED_IDLE.of(cfg).threshold)
+    lost = f"{agg('max', q.device, q.sel(c.GPU_UP))} == 0"
     price = fmt_number(cfg.cost.gpu_hour)
     rules = (
         RecordingRule(
             n["allocation_share"],
-            f"{holds}\n  / {q.on(q.device)} group_left ()\n{pods_per_device}"
+            f"{holds(q)}\n  / {q.on(q.device)} group_left ()\n{pods_per_device}"
             f"\n  * {q.on(q.device)} group_left ()\n{share_or_whole}",
         ),
-        RecordingRule(
-            n["allocation_utilization"],
-            agg("sum", q.allocation, f"avg_over_time({q.sel(c.POD_UTILIZATION)}[5m])"),
-        ),
+        RecordingRule(n["allocation_activity"], activity(q, idle.window)),
         RecordingRule(
             n["allocation_idle"],
             f"{n['allocation_share']}\n"
             f"  and {q.on(q.allocation)}\n"
-            f"{n['allocation_utilization']} < {threshold}",
+            f"{n['allocation_activity']} < {fmt_number(idle.threshold)}\n"
+            f"  unless {q.on(q.device)}\n{lost}",
         ),
         RecordingRule(
             n["namespace_allocated"], agg("sum", (*q.cluster, NS), n["allocation_share"])

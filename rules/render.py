@@ -51,6 +51,8 @@ def rule_dict(cfg: Config, rule: AlertRule | RecordingRule) -> dict[str, Any]:
     out: dict[str, Any] = {"alert": rule.name, "expr": rule.expr}
     if rule.for_ not in ("0", "0s", "0m"):
         out["for"] = rule.for_
+    if rule.keep_firing_for not in ("0", "0s", "0m"):
+        out["keep_firing_for"] = rule.keep_firing_for
     out["labels"] = {"severity": rule.severity, **rule.labels}
     # The post-pass of the mixins: every alert links to its own runbook section.
     out["annotations"] = {

@@ -38,6 +38,9 @@ class AlertSpec(Generic[S]):
     rule: Callable[[S, Query], AlertText]
     cases: Callable[[S, World], Case]
     runbook: Callable[[S, Query], Runbook]
+    # A device alert: where exactly one pod holds the device, the alert carries that pod's
+    # namespace, pod and owner (`Query.with_holder`), so it routes to the team using it.
+    holders: bool = False
 
     @property
     def defaults(self) -> S:
@@ -53,14 +56,17 @@ class AlertSpec(Generic[S]):
         settings = self.of(q.config)
         text = self.rule(settings, q)
         labels = {**q.config.alert_labels, **settings.labels}
+        expr = q.with_holder(text.expr) if self.holders else text.expr
         return AlertRule(
             self.name,
-            text.expr,
+            expr,
             settings.for_,
             settings.severity,
             self.summary,
             text.description,
             dict(sorted(labels.items())),
+            # Only alerts whose condition flickers by nature (idle) have the setting.
+            getattr(settings, "keep_firing_for", "0s"),
         )
 
     def case(self, w: World) -> Case:

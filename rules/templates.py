@@ -6,18 +6,31 @@ anything else raises, which keeps descriptions simple — and promtool checks th
 matches what Prometheus renders:
 
     {{ $labels.NAME }}    {{ $value | humanize }}    {{ $value | humanize1024 }}
+    {{ $value | printf "%.3g" }}
     {{ $value | humanizePercentage }}    {{ $value | humanizeDuration }}
     {{ with $labels.NAME }}…{{ . }}…{{ end }}
+    {{ with query (printf "…" $labels.A …) | sortByLabel "L" }}
+        …{{ range . }}…{{ .Labels.NAME }}…{{ end }}…{{ end }}
+
+The last form lists what a query returns (the pods holding a device, the GPUs of a workload);
+the generator cannot run the query, so the caller passes the rows the query is expected to
+return, and promtool, which does run it, checks them.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 _ACTION = re.compile(r"{{\s*(.*?)\s*}}")
 _WITH = re.compile(r"{{\s*with \$labels\.(\w+)\s*}}(.*?){{\s*end\s*}}", re.DOTALL)
+_QUERY = re.compile(
+    r'{{ with query \(printf ".*?"(?: \$labels\.\w+)*\) \| sortByLabel "(\w+)" }}'
+    r"(.*?){{ range \. }}(.*?){{ end }}(.*?){{ end }}",
+    re.DOTALL,
+)
+_ROW_LABEL = re.compile(r"{{ \.Labels\.(\w+) }}")
 
 
 class TemplateError(ValueError):
@@ -100,8 +113,25 @@ FUNCTIONS: dict[str, Callable[[float], str]] = {
 }
 
 
-def render(template: str, labels: Mapping[str, str], value: float) -> str:
-    """`template` as Prometheus renders it for an alert with `labels` and `value`."""
+def _fill(item: str, row: Mapping[str, str]) -> str:
+    return _ROW_LABEL.sub(lambda m: row.get(m.group(1), ""), item)
+
+
+def render(
+    template: str,
+    labels: Mapping[str, str],
+    value: float,
+    rows: Sequence[Mapping[str, str]] = (),
+) -> str:
+    """`template` as Prometheus renders it for an alert with `labels` and `value`; `rows`
+    are the label sets its `with query` block's query returns (in any order)."""
+
+    def query_block(match: re.Match[str]) -> str:
+        if not rows:
+            return ""
+        by, before, item, after = match.groups()
+        ordered = sorted(rows, key=lambda row: row.get(by, ""))
+        return before + "".join(_fill(item, row) for row in ordered) + after
 
     def with_block(match: re.Match[str]) -> str:
         label = labels.get(match.group(1), "")
@@ -113,9 +143,11 @@ def render(template: str, labels: Mapping[str, str], value: float) -> str:
             return labels.get(m.group(1), "")
         if (m := re.fullmatch(r"\$value \| (\w+)", text)) and m.group(1) in FUNCTIONS:
             return FUNCTIONS[m.group(1)](value)
+        if text == '$value | printf "%.3g"':  # a count of GPUs, fractions included: 0.5, 2
+            return f"{value:.3g}"
         raise TemplateError(f"template action not supported: {{{{ {text} }}}}")
 
-    return _ACTION.sub(action, _WITH.sub(with_block, template))
+    return _ACTION.sub(action, _WITH.sub(with_block, _QUERY.sub(query_block, template)))
 
 
 def is_templated(text: str) -> bool:

@@ -36,6 +36,7 @@ def build(cfg: Config) -> Dashboard:
     target = cfg.dashboards.efficiency_target
     idle = fmt_number(cfg.alerts.GPUAllocatedIdle.threshold)
     idle_pct = fmt_percent(cfg.alerts.GPUAllocatedIdle.threshold)
+    window = cfg.alerts.GPUAllocatedIdle.window
     money = currency_unit(cfg)
     fleet = Row(
         "Fleet",
@@ -63,8 +64,8 @@ def build(cfg: Config) -> Dashboard:
                 "none",
                 Target(qq.cluster_sum(q, "cluster_idle")),
                 steps=((None, GREEN), (1, ORANGE)),
-                description=f"GPUs held by pods that used under {idle_pct} over 5 minutes; "
-                "a shared GPU counts as its share.",
+                description=f"GPUs held by pods that used under {idle_pct} on average over "
+                f"{window}; a shared GPU counts 1/k, a MIG slice its share of the GPU.",
             ),
             stat(
                 "Idle cost, last hour",
@@ -118,7 +119,7 @@ def build(cfg: Config) -> Dashboard:
                 ),
             ),
             table(
-                f"Idle allocations (5-minute utilization under {idle_pct})",
+                f"Idle allocations (activity under {idle_pct} over {window})",
                 "percentunit",
                 Target(qq.idle_allocations(q, idle), table=True),
                 width=24,

@@ -100,6 +100,7 @@ GPU_ROW_REMAP_PENDING = AlertSpec(
     rule=_pending_rule,
     cases=lambda a, w: _flag_case(c.ROW_REMAP_PENDING, a.for_, w),
     runbook=_pending_runbook,
+    holders=True,
 )
 
 # --- GPURowRemapFailed ---------------------------------------------------------------------------
@@ -154,6 +155,7 @@ GPU_ROW_REMAP_FAILED = AlertSpec(
     rule=_failed_rule,
     cases=lambda a, w: _flag_case(c.ROW_REMAP_FAILED, a.for_, w),
     runbook=_failed_runbook,
+    holders=True,
 )
 
 # --- GPURecoveryActionRequired -------------------------------------------------------------------
@@ -209,6 +211,7 @@ GPU_RECOVERY_ACTION_REQUIRED = AlertSpec(
     rule=_recovery_rule,
     cases=_recovery_case,
     runbook=_recovery_runbook,
+    holders=True,
 )
 
 # --- GPUPcieReplayErrors -------------------------------------------------------------------------
@@ -283,6 +286,7 @@ GPU_PCIE_REPLAY_ERRORS = AlertSpec(
     rule=_replay_rule,
     cases=_replay_case,
     runbook=_replay_runbook,
+    holders=True,
 )
 
 SPECS = (

@@ -60,6 +60,7 @@ GPU_XID_APPLICATION_ERRORS = AlertSpec(
     ),
     cases=xe.xid_case,
     runbook=_xid_runbook,
+    holders=True,
 )
 
 SPECS = (GPU_XID_APPLICATION_ERRORS,)

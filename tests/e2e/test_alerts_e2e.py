@@ -3,15 +3,15 @@ webhook receiver in the test, all real processes, started by the demo's own stac
 
 The node is the fake libnvidia-ml under the real pynvml, so the test decides when the node
 recovers: a fine-tuning job near a full framebuffer and a notebook idling on a whole GPU fire
-`GPUMemoryNearFull` and `GPUAllocatedIdle` (with the pod's namespace and name), nothing else
-fires, and both resolve once the memory drops and the notebook starts working.
+`GPUMemoryNearFull` (with the holding pod's namespace and name) and `GPUAllocatedIdle` (with
+the workload, its GPU listed in the description), nothing else fires, and both resolve once the
+memory drops and the notebook starts working.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +20,7 @@ from kube_gpu_exporter.demo.stack import Ports, Stack, StackSpec
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.rules.config import parse_config
 from support import free_port, wait_until
-from webhook_receiver import Webhook
+from webhook_receiver import Webhook, key
 
 FINETUNE_GPU = "GPU-e2e00000-0000-4000-8000-000000000000"
 NOTEBOOK_GPU = "GPU-e2e00001-0000-4000-8000-000000000001"
@@ -46,15 +46,16 @@ kubelet:
     - {{namespace: ml, name: finetune-llama, container: trainer, device: 0}}
     - {{namespace: lab, name: notebook-alice, container: jupyter, device: 1}}
 """
-# The default thresholds with the two alerts' `for` shortened, as the demo does.
+# The default thresholds with the two alerts' `for` shortened, as the demo does, and the idle
+# window shortened so that the notebook's work shows in its mean within seconds.
 THRESHOLDS = """
 alerts:
-  GPUAllocatedIdle: {for: 5s}
+  GPUAllocatedIdle: {for: 5s, window: 20s, keep_firing_for: 0s}
   GPUMemoryNearFull: {for: 5s}
 """
 EXPECTED = {
     ("GPUMemoryNearFull", "ml", "finetune-llama", FINETUNE_GPU),
-    ("GPUAllocatedIdle", "lab", "notebook-alice", NOTEBOOK_GPU),
+    ("GPUAllocatedIdle", "lab", "notebook-alice", ""),  # a workload's: its GPUs are listed
 }
 WAIT = 120.0  # rules need `for` plus a few evaluation and notification rounds
 
@@ -88,7 +89,9 @@ def test_alerts_reach_alertmanager_and_resolve(
         wait_until(lambda: webhook.alerts("firing") >= EXPECTED, WAIT, "both alerts to fire")
         # Nothing else fires: not the exporter's health, not the node-capacity alerts.
         assert webhook.alerts("firing") == EXPECTED
-        assert {_key(a) for a in stack.alerts()} == EXPECTED
+        assert {key(a["labels"]) for a in stack.alerts()} == EXPECTED
+        idle = next(a for a in stack.alerts() if a["labels"]["alertname"] == "GPUAllocatedIdle")
+        assert f"[GPU 1 {NOTEBOOK_GPU} on " in idle["annotations"]["description"]
 
         write_state(state, node.state_at(RECOVERED_AT))
         wait_until(lambda: webhook.alerts("resolved") >= EXPECTED, WAIT, "both to resolve")
@@ -98,8 +101,3 @@ def test_alerts_reach_alertmanager_and_resolve(
         assert stack.exited() is None
         log = stack.log("exporter")
     assert "Traceback" not in log
-
-
-def _key(alert: dict[str, Any]) -> tuple[str, str, str, str]:
-    labels = alert["labels"]
-    return (labels["alertname"], labels["namespace"], labels["pod"], labels["uuid"])

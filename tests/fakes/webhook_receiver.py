@@ -33,15 +33,18 @@ class Webhook:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def alerts(self, status: str) -> set[tuple[str, str, str, str]]:
-        """(alertname, namespace, pod, uuid) of every alert delivered with `status`."""
+        """(alertname, namespace, pod, uuid) of every alert delivered with `status`; a
+        workload's alert (GPUAllocatedIdle) has its workload for the pod and no uuid."""
         with self._lock:
             delivered = [a for n in self.notifications for a in n["alerts"]]
-        return {
-            tuple(a["labels"].get(k, "") for k in ("alertname", "namespace", "pod", "uuid"))
-            for a in delivered
-            if a["status"] == status
-        }
+        return {key(a["labels"]) for a in delivered if a["status"] == status}
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def key(labels: dict[str, str]) -> tuple[str, str, str, str]:
+    """(alertname, namespace, pod or workload, uuid) of an alert's labels, "" where absent."""
+    pod = labels.get("pod") or labels.get("workload", "")
+    return (labels["alertname"], labels.get("namespace", ""), pod, labels.get("uuid", ""))

@@ -28,7 +28,9 @@ alert_labels: {team: gpu-platform, page: "no"}
 cost: {gpu_hour: 3.1, currency: CHF}
 alerts:
   GPUAllocatedIdle: {threshold: 0.25, for: 1h30m}
-  GPUMemoryNearFull: {threshold: 0.5, for: 0m, severity: critical}
+  GPUMemoryNearFull:
+    {threshold: 0.5, for: 0m, severity: critical, preallocating: 'namespace=~"serving|jax"'}
+  GPUMemoryFillingUp: {window: 30m, horizon: 2h, for: 20m}
   GPUTemperatureHigh: {threshold: 90.5, for: 90s}
   GPUXidErrors: {window: 1h, for: 5m, xids: [79], labels: {page: "yes", team: hardware}}
   GPUXidApplicationErrors: {window: 2m, for: 5m}
@@ -40,7 +42,8 @@ alerts:
 """
 NO_FOR = """
 alerts:
-  GPUAllocatedIdle: {for: 0m, threshold: 0.33}
+  GPUAllocatedIdle: {for: 0m, threshold: 0.33, window: 20m, keep_firing_for: 0s}
+  GPUMemoryFillingUp: {for: 0m, horizon: 30m}
   GPUThermalThrottling: {for: 0m}
   GPUHardwareSlowdown: {for: 0s}
   GPUPowerBrake: {for: 0s}

@@ -122,3 +122,20 @@ def test_xid_defaults_are_the_catalogs() -> None:
     assert GPU_XID_ERRORS.defaults.xids == HARDWARE_XIDS
     assert GPU_XID_APPLICATION_ERRORS.defaults.xids == APPLICATION_XIDS
     assert not set(HARDWARE_XIDS) & set(APPLICATION_XIDS)
+
+
+# Per-device alerts join the single holder themselves (memory) or through `holders=True`.
+HOLDER_JOIN = "group_left (namespace, pod, owner_kind, owner_name)"
+
+
+@pytest.mark.parametrize("group", ["kube-gpu-exporter.devices", "kube-gpu-exporter.workloads"])
+def test_device_alerts_name_their_sole_holder(group: str) -> None:
+    """A device alert must reach the team whose pod holds the device: every alert about one
+    device joins the holder's labels; the workload-level idle alert and the leak alert (no
+    holder by definition) are the only ones without the join."""
+    without = {"GPUAllocatedIdle", "GPUMemoryLeaked"}
+    specs = dict(GROUPS)[group]
+    rules = {a.name: a for a in all_alerts(Config())}
+    for spec in specs:
+        joined = HOLDER_JOIN in rules[spec.name].expr
+        assert joined == (spec.name not in without), spec.name

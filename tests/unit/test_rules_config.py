@@ -23,7 +23,7 @@ ERROR_LINE = re.compile(r"^kube-gpu-exporter: error: (?P<file>\S+): (?P<key>\S+)
 def test_defaults_are_the_fields():
     cfg = Config()
     assert cfg.alerts.GPUAllocatedIdle.threshold == 0.1
-    assert cfg.alerts.GPUAllocatedIdle.for_ == "30m"
+    assert cfg.alerts.GPUAllocatedIdle.for_ == "15m"
     assert cfg.alerts.GPUMemoryNearFull.threshold == 0.95
     assert cfg.alerts.GPUTemperatureHigh.threshold == 85
     assert cfg.selectors.exporter == 'job="kube-gpu-exporter"'
@@ -114,6 +114,7 @@ BAD = [
     ("alerts.GPUXidErrors.xids", "[79, 0]", "0"),
     ("alerts.GPUTemperatureHigh.threshold", "400", "400"),
     ("alerts.KubeGpuExporterStale.threshold", "2 minutes", "'2 minutes'"),
+    ("alerts.GPUMissing.window", "15m", "'15m'"),  # shorter than `for` (10m) + 10m
     ("selectors.exporter", "kube-gpu-exporter", "'kube-gpu-exporter'"),
     ("labels.node", "'node name'", "'node name'"),
     ("cost.gpu_hour", "-1", "-1"),
