@@ -24,6 +24,7 @@ from aiohttp import web
 from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
 from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, build_app
 from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config, web_middlewares
@@ -69,6 +70,15 @@ def _pod_resources(
     return client, PodResourcesWatcher(client, args.kubelet_interval)
 
 
+def _pci_bus(args: argparse.Namespace) -> PciBus | None:
+    """The PCI bus under the sysfs root; off with --simulate (the machine's own bus has
+    nothing to do with the scenario's GPUs) unless a root is given, and off for ''."""
+    sysfs = args.sysfs
+    if sysfs is None:
+        sysfs = "" if args.simulate else DEFAULT_SYSFS
+    return PciBus(Path(sysfs)) if sysfs else None
+
+
 def _kube_directory(args: argparse.Namespace) -> KubeDirectory | None:
     """The pod and ResourceSlice watches (`kubernetes` is imported only when enabled)."""
     if not args.kubernetes:
@@ -101,7 +111,7 @@ async def _serve(
 
         # hostname None: the host name; schema: classic, 4.8.3 or 4.9 (the flag's value)
         dcgm_compat = DcgmCompat(hostname=args.node_name or None, schema=args.dcgm_compat)
-    collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat)
+    collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat, _pci_bus(args))
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
     app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)

@@ -22,6 +22,7 @@ from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS
 from kube_gpu_exporter.exporter.units import parse_duration
 
 # 9100-9999 (the Prometheus exporter range) is fully allocated; 9400 is dcgm-exporter's and
@@ -76,6 +77,14 @@ def non_negative_int(value: str) -> int:
     if not value.isdigit():
         raise argparse.ArgumentTypeError(f"not a non-negative integer: {value!r}")
     return int(value)
+
+
+def sysfs_root(value: str) -> str:
+    """A sysfs mount, or "" for none. A typo fails at start; a sysfs that later cannot be read
+    only leaves its series absent (pci_bus.py), so a hidden /sys never stops the exporter."""
+    if value and not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"not a directory: {value!r}")
+    return value
 
 
 def xid_codes(value: str) -> tuple[int, ...]:
@@ -216,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="/proc",
         metavar="PATH",
         help="procfs mount, to tie processes to containers (default /proc)",
+    )
+    serve.add_argument(
+        "--path.sysfs",
+        dest="sysfs",
+        type=sysfs_root,
+        metavar="PATH",
+        help="sysfs mount, to count the NVIDIA GPUs on the PCI bus whether or not NVML lists "
+        f"them; '' turns it off (default {DEFAULT_SYSFS}; off with --simulate unless given)",
     )
     compat = serve.add_argument_group("compatibility (docs/migrating-from-dcgm-exporter.md)")
     compat.add_argument(

@@ -144,3 +144,5 @@ class Snapshot:
     exporter: ExporterState
     taken_at: float  # unix time the cycle finished
     attribution: AttributionSample | None = None  # None: attribution disabled
+    # NVIDIA GPUs on the PCI bus, from sysfs beside NVML; None: not read or unreadable
+    pci_gpus: int | None = None

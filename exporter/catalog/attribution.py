@@ -43,6 +43,14 @@ POD_MEMORY_USED = Metric(
 NODE_DRIVER_GPUS = Metric(
     "nvidia_gpu_node_driver_gpus", G, "", "Whole GPUs the NVIDIA driver sees on the node.", N
 )
+NODE_PCI_GPUS = Metric(
+    "nvidia_gpu_node_pci_gpus",
+    G,
+    "",
+    "NVIDIA GPUs on the node's PCI bus (vendor 0x10de, display/3D controller class), whether or "
+    "not the driver initialised them.",
+    N,
+)
 NODE_ADVERTISED = Metric(
     "nvidia_gpu_node_advertised_devices",
     G,

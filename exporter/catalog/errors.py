@@ -42,3 +42,7 @@ KUBERNETES_ERROR_KINDS: Final[tuple[str, ...]] = (
     "connection",
     "other",
 )
+
+# The PCI device list under --path.sysfs could not be read (nvidia_gpu_node_pci_gpus is then
+# absent): counted once per cycle, and present at 0 only while that reading is on.
+SYSFS_ERROR_KIND: Final = "sysfs"

@@ -50,6 +50,10 @@ class SnapshotCollector:
         yield from self._device_families(self._snapshot.node.devices)
         if self._snapshot.attribution is not None:
             yield from attribution_families(self._snapshot.attribution)
+        if self._snapshot.pci_gpus is not None:
+            pci = family(c.NODE_PCI_GPUS)
+            add(pci, {}, self._snapshot.pci_gpus)
+            yield pci
         yield from self._exporter_families()
         yield from self._extra
 

@@ -213,6 +213,12 @@ NOTES = {
         "The kubelet's pod-resources socket is owned by root and not writable by others; "
         "connecting needs root, but no capability: every one is dropped."
     ),
+    "volumeMounts:": (
+        "Only the kubelet's pod-resources directory. The exporter also reads /sys to count the "
+        "GPUs on the PCI bus (nvidia_gpu_node_pci_gpus, which the GPUMissing alert compares "
+        "with NVML's list), but that needs no mount: the runtime mounts the host's sysfs "
+        "read-only into every container, and PCI devices are not namespaced."
+    ),
     "hostPath:": (
         "The directory, not the socket: a restarted kubelet replaces the socket file, which "
         "a file mount would keep pointing at the old one. 'Directory' fails the mount if the "

@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
-from kube_gpu_exporter.exporter.catalog.errors import COLLECTION_ERROR_KINDS
+from kube_gpu_exporter.exporter.catalog.errors import COLLECTION_ERROR_KINDS, SYSFS_ERROR_KIND
 from kube_gpu_exporter.exporter.exposition.render import Rendered, render
 from kube_gpu_exporter.exporter.snapshot import ExporterState, NodeSample, Snapshot
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         AttributionSource,  # loads gRPC: only when attributing
     )
     from kube_gpu_exporter.exporter.exposition.dcgm_compat import DcgmCompat
+    from kube_gpu_exporter.exporter.pci_bus import PciBus
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,18 @@ class CollectionLoop:
         interval: float,
         attribution: AttributionSource | None = None,
         dcgm_compat: DcgmCompat | None = None,
+        pci_bus: PciBus | None = None,
     ) -> None:
         self._sampler = sampler
         self._interval = interval
         self._attribution = attribution
         self._dcgm_compat = dcgm_compat  # also render dcgm-exporter's names (a migration aid)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector")
+        # The GPUs on the PCI bus, read in the same cycle as NVML's list they are compared with
+        self._pci_bus = pci_bus
         self._errors: Counter[str] = Counter({kind: 0 for kind in COLLECTION_ERROR_KINDS})
+        if pci_bus is not None:
+            self._errors[SYSFS_ERROR_KIND] = 0
         self._collections = 0
         self._last_success = 0.0
         self.latest: Rendered | None = None
@@ -102,6 +108,11 @@ class CollectionLoop:
         if node.nvml_up:
             self._last_success = now
             self.ever_succeeded = True
+        pci_gpus = None
+        if self._pci_bus is not None:
+            pci_gpus = self._pci_bus.gpus()
+            if pci_gpus is None:
+                self._errors[SYSFS_ERROR_KIND] += 1
         attributed = self._attribution.attribute(node.devices) if self._attribution else None
         errors = dict(self._errors) | (attributed.errors_total if attributed else {})
         state = ExporterState(
@@ -114,6 +125,8 @@ class CollectionLoop:
             kubernetes_api_up=attributed.kubernetes_api_up if attributed else None,
         )
         attribution = attributed.sample if attributed else None
-        snapshot = Snapshot(node=node, exporter=state, taken_at=now, attribution=attribution)
+        snapshot = Snapshot(
+            node=node, exporter=state, taken_at=now, attribution=attribution, pci_gpus=pci_gpus
+        )
         extra = self._dcgm_compat.families(snapshot) if self._dcgm_compat else ()
         return render(snapshot, extra)

@@ -36,6 +36,7 @@ def assert_usage_error(result: subprocess.CompletedProcess[str], message: str) -
         (["serve", "--collector.interval=0s"], "must be positive"),
         (["serve", "--collector.interval=often"], "not a duration"),
         (["serve", "--web.telemetry-path=metrics"], "must start with '/'"),
+        (["serve", "--path.sysfs=/no/such/sys"], "not a directory: '/no/such/sys'"),
         (["serve", "--log.level=loud"], "invalid choice: 'loud'"),
         (["bogus"], "invalid choice: 'bogus'"),
         ([], "required: command"),
