@@ -24,6 +24,9 @@ from kube_gpu_exporter.rules.settings.view import ConfigView
 
 DEVICE_GROUPS = ("kube-gpu-exporter.workloads", "kube-gpu-exporter.devices")
 NODE_CAPACITY = ("GPUNotAdvertised", "GPUPartiallyAdvertised")
+# Node alerts that only a seeing exporter can raise, and that no GPU alert causes: GPUMissing's
+# GPU has no series left for GPULost to fire on.
+NODE_COUNTS = ("GPUMissing",)
 BLIND_EXPORTER = ("KubeGpuExporterDown", "KubeGpuExporterNvmlDown", "KubeGpuExporterStale")
 # Xids that an uncorrectable ECC error raises by itself (double-bit error, containment).
 ECC_XIDS = "48|94|95"
@@ -63,7 +66,9 @@ def inhibit_rules(cfg: ConfigView) -> list[dict[str, Any]]:
         },
         {
             "source_matchers": [f'alertname=~"{_names(BLIND_EXPORTER)}"'],
-            "target_matchers": [f'alertname=~"{_names([*on_a_gpu, *NODE_CAPACITY])}"'],
+            "target_matchers": [
+                f'alertname=~"{_names([*on_a_gpu, *NODE_CAPACITY, *NODE_COUNTS])}"'
+            ],
             "equal": list(node),
         },
     ]

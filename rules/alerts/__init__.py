@@ -17,6 +17,7 @@ from kube_gpu_exporter.rules.alerts import (
     device_health,
     device_links,
     exporter,
+    node_devices,
     nodes,
     workload_xids,
     workloads,
@@ -33,7 +34,7 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
         "kube-gpu-exporter.devices",
         (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS, *device_links.SPECS),
     ),
-    ("kube-gpu-exporter.nodes", nodes.SPECS),
+    ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
     ("kube-gpu-exporter.exporter", exporter.SPECS),
 )
 
