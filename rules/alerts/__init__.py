@@ -17,8 +17,10 @@ from kube_gpu_exporter.rules.alerts import (
     device_health,
     device_links,
     exporter,
+    memory_leaks,
     node_devices,
     nodes,
+    workload_memory,
     workload_xids,
     workloads,
 )
@@ -29,7 +31,15 @@ from kube_gpu_exporter.rules.spec import AlertSpec
 
 # (deployed rule group, its alerts in order)
 GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
-    ("kube-gpu-exporter.workloads", (*workloads.SPECS, *workload_xids.SPECS)),
+    (
+        "kube-gpu-exporter.workloads",
+        (
+            *workloads.SPECS,
+            *workload_memory.SPECS,
+            *memory_leaks.SPECS,
+            *workload_xids.SPECS,
+        ),
+    ),
     (
         "kube-gpu-exporter.devices",
         (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS, *device_links.SPECS),

@@ -31,6 +31,7 @@ alerts:
   GPUMemoryNearFull:
     {threshold: 0.5, for: 0m, severity: critical, preallocating: 'namespace=~"serving|jax"'}
   GPUMemoryFillingUp: {window: 30m, horizon: 2h, for: 20m}
+  GPUMissing: {window: 2h, for: 5m}
   GPUTemperatureHigh: {threshold: 90.5, for: 90s}
   GPUXidErrors: {window: 1h, for: 5m, xids: [79], labels: {page: "yes", team: hardware}}
   GPUXidApplicationErrors: {window: 2m, for: 5m}
