@@ -169,7 +169,9 @@ def test_prometheus_rule_is_well_formed(deploy: Deploy) -> None:
         assert set(group) == {"name", "rules"} and group["rules"]
         for r in group["rules"]:
             assert ("alert" in r) != ("record" in r) and r["expr"].strip()
-            assert set(r) <= {"alert", "record", "expr", "for", "labels", "annotations"}
+            # keep_firing_for: Prometheus 2.42+, prometheus-operator's Rule since v0.66
+            fields = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+            assert set(r) <= fields
 
 
 def test_kustomization_lists_exactly_the_generated_objects() -> None:
