@@ -56,10 +56,15 @@ class NoPodDirectory:
         return None
 
 
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+
+
 @dataclass
 class _Holding:
-    resource: str
-    holders: set[Holder] = field(default_factory=set)
+    # holder → the resource it holds the device under; a device held under two names (a
+    # renamed and a plain resource) keeps each holder's, the smaller name where one holder has
+    # both, so the label never depends on the kubelet's order
+    holders: dict[Holder, str] = field(default_factory=dict)
     replicated: bool = False
 
 
@@ -77,7 +82,6 @@ def attribute(
     holdings: dict[str, _Holding] = {}
     identities: dict[str, DeviceIdentity] = {}
     unmapped: Counter[str] = Counter()
-    allocated: Counter[str] = Counter()
     # (holder, resource, device id, shared by construction) for device plugins and DRA alike.
     claims: list[tuple[Holder, str, str | None, bool]] = []
     for alloc in listing.allocations:
@@ -92,28 +96,33 @@ def attribute(
             holder = Holder(dra.namespace, dra.pod, dra.container)
             uuid = directory.dra_device_uuid(dra.pool, dra.device)
             claims.append((holder, f"dra/{dra.driver}", uuid, dra.share_id is not None))
+    resolved: list[tuple[Holder, str, DeviceIdentity]] = []
     for holder, resource, device_id, replicated in claims:
-        allocated[resource] += 1
         device = resolver.resolve(device_id) if device_id else None
         if device is None:
             unmapped[resource] += 1
             continue
-        holding = holdings.setdefault(device.uuid, _Holding(resource))
-        holding.holders.add(holder)
+        resolved.append((holder, resource, device))
+        holding = holdings.setdefault(device.uuid, _Holding())
+        held_as = holding.holders.get(holder)
+        holding.holders[holder] = resource if held_as is None else min(held_as, resource)
         holding.replicated |= replicated
         identities[device.uuid] = device
 
     samples = {d.identity.uuid: d for d in devices}
     allocations: list[AllocationSample] = []
     usage: list[PodUsage] = []
+    running_pods: set[Holder] = set()
     for uuid, holding in sorted(holdings.items()):
         device = identities[uuid]
         active = {h: directory.labels(h) for h in sorted(holding.holders)}
         running = {h: labels for h, labels in active.items() if labels is not None}
+        running_pods.update(running)
         shared = holding.replicated or len(running) > 1
         for holder, labels in running.items():
             sharing = "shared" if shared else "exclusive"
-            allocations.append(AllocationSample(device, holder, holding.resource, sharing, labels))
+            resource = holding.holders[holder]
+            allocations.append(AllocationSample(device, holder, resource, sharing, labels))
         sample = samples.get(uuid)
         if sample is None or not sample.up:
             continue
@@ -122,14 +131,55 @@ def attribute(
         else:
             usage.extend(_exclusive(device, sample, running))
 
-    held_gpus = {a.device.parent_uuid or a.device.uuid for a in allocations}
-    capacity = Capacity(
-        driver_gpus=len(whole_gpus),
-        advertised={r: len(ids) for r, ids in sorted(listing.allocatable.items())},
-        allocated=dict(sorted(allocated.items())),
-        free_gpus=sum(1 for g in whole_gpus if g.uuid not in held_gpus),
+    # What the exporter attributes is what it counts: ids that name no device and pods that
+    # are no longer running are not allocated devices (the former are `unmapped`).
+    allocated: Counter[str] = Counter(r for h, r, _ in resolved if h in running_pods)
+    return AttributionSample(
+        tuple(allocations),
+        tuple(usage),
+        _capacity(devices, listing, resolver, allocations, allocated),
+        dict(unmapped),
     )
-    return AttributionSample(tuple(allocations), tuple(usage), capacity, dict(unmapped))
+
+
+def _capacity(
+    devices: tuple[DeviceSample, ...],
+    listing: Listing,
+    resolver: DeviceResolver,
+    allocations: list[AllocationSample],
+    allocated: Counter[str],
+) -> Capacity:
+    """The node's GPU capacity. A whole GPU is free only if a pod asking for `nvidia.com/gpu`
+    could get it now: NVML can read it (not lost), it is not MIG-enabled (its instances are
+    resources of their own), the kubelet advertises it (when the kubelet can say), and nothing
+    is allocated on it."""
+    whole_gpus = [d for d in devices if not d.identity.is_mig]
+    mig_enabled = {d.identity.parent_uuid for d in devices if d.identity.is_mig}
+    held = {a.device.parent_uuid or a.device.uuid for a in allocations}
+    advertised: set[str] | None = None
+    if listing.allocatable is not None:
+        ids = (i for names in listing.allocatable.values() for i in names)
+        advertised = {gpu for gpu in map(resolver.gpu_of, ids) if gpu is not None}
+    free = [
+        g.identity.uuid
+        for g in whole_gpus
+        if g.up
+        and g.identity.uuid not in mig_enabled
+        and (advertised is None or g.identity.uuid in advertised)
+        and g.identity.uuid not in held
+    ]
+    counts: dict[str, int] | None = None
+    if listing.allocatable is not None:
+        # A kubelet that advertises no GPU resource at all (the device plugin is gone) says
+        # so with a 0, which is not the absence of a kubelet that cannot tell.
+        counts = {r: len(ids) for r, ids in sorted(listing.allocatable.items())}
+        counts = counts or {WHOLE_GPU_RESOURCE: 0}
+    return Capacity(
+        driver_gpus=len(whole_gpus),
+        advertised=counts,
+        allocated=dict(sorted(allocated.items())),
+        free_gpus=len(free),
+    )
 
 
 def _exclusive(

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from kube_gpu_exporter.exporter.snapshot import DeviceIdentity
 
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
-_GKE = re.compile(r"^nvidia(\d+)(?:/gi(\d+)|/vgpu\d+)?$")
+# GKE: nvidia<N>, nvidia<N>/gi<M> (MIG), each with /vgpu<K> for time-sharing replica K.
+_GKE = re.compile(r"^nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +27,14 @@ class DeviceRef:
 
 
 def parse_device_id(raw: str) -> DeviceRef:
-    """`<id>::<n>` is replica n of `<id>` (time-slicing and MPS); split on the first `::`."""
+    """`<id>::<n>` is replica n of `<id>` (time-slicing and MPS; split on the first `::`);
+    GKE's time-sharing names replica K of `nvidia<N>[/gi<M>]` as `…/vgpu<K>`."""
     base, sep, replica = raw.partition("::")
     if sep and replica.isdigit():
         return DeviceRef(base, int(replica))
+    gke = _GKE.match(raw)
+    if gke and gke.group(3) is not None:
+        return DeviceRef(raw[: raw.rindex("/vgpu")], int(gke.group(3)))
     return DeviceRef(raw)
 
 
@@ -53,6 +58,13 @@ class DeviceResolver:
             self._mig_by_place.setdefault((parent, gi, None), device)
             self._mig_by_index_gi.setdefault((device.index, gi), device)
 
+    def gpu_of(self, device_id: str) -> str | None:
+        """The uuid of the whole GPU an id (replica or not) names or is carved from."""
+        device = self.resolve(parse_device_id(device_id).base)
+        if device is None:
+            return None
+        return device.parent_uuid or device.uuid
+
     def resolve(self, base_id: str) -> DeviceIdentity | None:
         """The device a (replica-less) id names, or None when no device matches."""
         found = self._by_uuid.get(base_id.lower())
@@ -62,7 +74,7 @@ class DeviceResolver:
         if legacy:
             parent, gi, ci = legacy.group(1).lower(), int(legacy.group(2)), int(legacy.group(3))
             return self._mig_by_place.get((parent, gi, ci))
-        gke = _GKE.match(base_id)  # GKE: nvidia<N>, nvidia<N>/gi<M>, nvidia<N>/vgpu<K>
+        gke = _GKE.match(base_id)
         if gke:
             index = int(gke.group(1))
             if gke.group(2) is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,8 +79,10 @@ class Listing:
 
     allocations: tuple[ContainerAllocation, ...]
     dra: tuple[DraAllocation, ...]
-    # resource name → device ids; empty when the kubelet lacks GetAllocatableResources (<1.21)
-    allocatable: Mapping[str, tuple[str, ...]]
+    # resource name → device ids; None when the kubelet cannot say (before 1.21, or 1.21–1.22
+    # with the KubeletPodResourcesGetAllocatable feature gate off): only the advertised counts
+    # are unknown then, attribution is not
+    allocatable: Mapping[str, tuple[str, ...]] | None
 
 
 class PodResourcesError(Exception):
@@ -110,14 +113,24 @@ def classify(code: grpc.StatusCode, details: str) -> PodResourcesErrorKind:
     return "other"
 
 
+# An NVIDIA GPU or MIG uuid as the device plugin names devices (`GPU-…`, `MIG-…`, and the
+# R450/R460 `MIG-GPU-…/<gi>/<ci>`), with or without a `::<n>` replica suffix.
+_NVIDIA_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F]{8}-")
+
+
 class ResourceFilter:
-    """Keeps only resource names matching one of the fnmatch patterns (case-sensitive)."""
+    """Keeps resource names matching one of the fnmatch patterns (case-sensitive), and any
+    other resource whose device ids are NVIDIA uuids: a device plugin configured to rename its
+    resource (`nvidia.com/gpu-h100`, `example.com/a100`) still names devices by uuid, and such
+    allocations must not vanish silently because the name is not among the patterns."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = tuple(patterns)
 
-    def __call__(self, resource: str) -> bool:
-        return any(fnmatchcase(resource, pattern) for pattern in self.patterns)
+    def __call__(self, resource: str, device_ids: Sequence[str] = ()) -> bool:
+        if any(fnmatchcase(resource, pattern) for pattern in self.patterns):
+            return True
+        return bool(device_ids) and all(_NVIDIA_UUID.match(i) for i in device_ids)
 
 
 def _merge(target: dict[str, None], ids: Iterable[str]) -> None:
@@ -159,7 +172,7 @@ def parse_allocations(
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
-                if wanted(devices.resource_name):
+                if wanted(devices.resource_name, devices.device_ids):
                     key = (pod.namespace, pod.name, container.name, devices.resource_name)
                     _merge(merged.setdefault(key, {}), devices.device_ids)
             dra.extend(
@@ -180,9 +193,21 @@ def parse_allocatable(
     """Resource name → allocatable device ids, NUMA entries merged."""
     merged: dict[str, dict[str, None]] = {}
     for devices in response.devices:
-        if wanted(devices.resource_name):
+        if wanted(devices.resource_name, devices.device_ids):
             _merge(merged.setdefault(devices.resource_name, {}), devices.device_ids)
     return MappingProxyType({name: tuple(ids) for name, ids in merged.items()})
+
+
+# Failures of the conversation itself, which fail the whole listing; any other answer to
+# GetAllocatableResources only means the kubelet will not tell.
+_TRANSPORT_FAILURES: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
 
 
 def _method(name: str) -> str:
@@ -212,6 +237,7 @@ class PodResourcesClient:
         self.timeout = timeout
         self._wanted = ResourceFilter(resource_patterns)
         self._channel: grpc.aio.Channel | None = None
+        self._allocatable_refusal: grpc.StatusCode | None = None
 
     def _open(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -223,6 +249,18 @@ class PodResourcesClient:
                 ],
             )
         return self._channel
+
+    def _allocatable_refused(self, err: grpc.aio.AioRpcError) -> None:
+        """Log once per kind of refusal: it lasts as long as the kubelet's version or gate."""
+        code = err.code()
+        if code is not self._allocatable_refusal:
+            self._allocatable_refusal = code
+            log.info(
+                "kubelet cannot list allocatable devices (%s: %s); the advertised counts are "
+                "left out, attribution goes on",
+                code.name,
+                err.details() or "",
+            )
 
     async def close(self) -> None:
         """Close the channel; the next `list()` opens a new one."""
@@ -250,8 +288,10 @@ class PodResourcesClient:
     async def list(self) -> Listing:
         """List the node's allocations and allocatable devices, within `timeout` in all.
 
-        Raises PodResourcesError. A kubelet without GetAllocatableResources (before 1.21)
-        answers UNIMPLEMENTED, which yields an empty `allocatable` rather than an error.
+        Raises PodResourcesError. A kubelet that cannot answer GetAllocatableResources —
+        UNIMPLEMENTED before 1.21, UNKNOWN on 1.21–1.22 with its feature gate off, any answer
+        but a transport failure — yields `allocatable` None: the advertised counts are unknown,
+        the allocations are still good.
         """
         deadline = asyncio.get_running_loop().time() + self.timeout
         try:
@@ -261,7 +301,7 @@ class PodResourcesClient:
                 api_pb2.ListPodResourcesResponse,
                 deadline,
             )
-            allocatable: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+            allocatable: Mapping[str, tuple[str, ...]] | None = None
             try:
                 answer = await self._call(
                     "GetAllocatableResources",
@@ -271,8 +311,9 @@ class PodResourcesClient:
                 )
                 allocatable = parse_allocatable(answer, self._wanted)
             except grpc.aio.AioRpcError as err:
-                if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                if err.code() in _TRANSPORT_FAILURES:
                     raise
+                self._allocatable_refused(err)
         except grpc.aio.AioRpcError as err:
             code, details = err.code(), err.details() or ""
             if code is grpc.StatusCode.UNAVAILABLE:

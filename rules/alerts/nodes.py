@@ -73,7 +73,11 @@ class NotAdvertisedAlert(AlertSettings):
 def _not_advertised_rule(a: NotAdvertisedAlert, q: Query) -> AlertText:
     driver, advertised = _driver_and_advertised(q)
     return AlertText(
-        f"{driver} > 0\nunless {q.on(q.node)}\n{advertised} > 0\n{_advertised_guard(q)}",
+        # Only where the kubelet said what it advertises: an exporter serves no advertised
+        # series where the kubelet cannot list allocatable devices (before 1.21, or with the
+        # feature gate off) and a 0 where it lists none.
+        f"{driver} > 0\nunless {q.on(q.node)}\n{advertised} > 0\n"
+        f"and {q.on(q.node)}\n{advertised}\n{_advertised_guard(q)}",
         f"The NVIDIA driver {where(q)} sees {{{{ $value | humanize }}}} GPUs but the kubelet "
         f"has advertised no GPU device (nvidia.com/gpu, MIG or DRA resources) for {a.for_}: "
         "the device plugin is down, so no GPU pod can be scheduled on the node.",
@@ -86,7 +90,8 @@ def _not_advertised_case(a: NotAdvertisedAlert, w: World) -> Case:
         "a": (8, {"nvidia.com/gpu": 0}, 1),  # device plugin gone
         "b": (2, {"nvidia.com/mig-1g.10gb": 14}, 1),  # MIG: more devices than GPUs
         "c": (4, {}, 0),  # pod-resources down: that alert speaks instead
-        "d": (8, {}, 1),  # nothing advertised at all
+        "d": (8, {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 0}, 1),  # nothing at all
+        "e": (8, {}, 1),  # a kubelet that cannot list allocatable devices: unknown, silent
     }
     firing = (Firing(w.node_out("a"), 8), Firing(w.node_out("d"), 8))
     return Case(_node_series(w, n, nodes), timeline(a.for_, firing))
@@ -102,7 +107,9 @@ def _not_advertised_runbook(a: NotAdvertisedAlert, q: Query) -> Runbook:
             "with MIG and time-slicing, where the number of devices is not the number of "
             "GPUs: zero devices while the driver sees GPUs is wrong in every setup. (For a "
             "node that advertises some devices but too few, see GPUPartiallyAdvertised.) "
-            "The rule holds back while the exporter cannot reach pod-resources, since "
+            "The rule holds back while the exporter cannot reach pod-resources, and on "
+            "kubelets that cannot list allocatable devices (before 1.21, or 1.21–1.22 with "
+            "the KubeletPodResourcesGetAllocatable gate off: no advertised series), since "
             "then it cannot tell."
         ),
         impact="No GPU pod can be scheduled on the node: its GPUs sit idle, unbilled.",

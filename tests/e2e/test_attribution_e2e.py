@@ -92,7 +92,7 @@ def test_every_sharing_mode_through_metrics(tmp_path: Path) -> None:
     with FakeKubelet(socket) as kubelet:
         kubelet.pods = node_pods()
         kubelet.allocatable = [
-            devices("nvidia.com/gpu", GPU(0), GPU(1) + "::0", GPU(1) + "::1", GPU(6)),
+            devices("nvidia.com/gpu", GPU(0), GPU(1) + "::0", GPU(1) + "::1", GPU(6), GPU(7)),
             devices("nvidia.com/mig-3g.40gb", "MIG-33333333-0000-4000-8000-000000000000"),
         ]
         with run_exporter(args, tmp_path) as exporter:
@@ -139,10 +139,11 @@ def test_every_sharing_mode_through_metrics(tmp_path: Path) -> None:
             assert values(parsed, "nvidia_gpu_node_driver_gpus") == [6]
             assert values(
                 parsed, "nvidia_gpu_node_advertised_devices", resource="nvidia.com/gpu"
-            ) == [4]
+            ) == [5]
+            # Attributed holds only: the id that names no GPU is unmapped, not allocated.
             assert values(
                 parsed, "nvidia_gpu_node_allocated_devices", resource="nvidia.com/gpu"
-            ) == [6]
+            ) == [5]
             assert values(parsed, "nvidia_gpu_node_free_gpus") == [1]  # GPU 7 only
             assert values(parsed, "kube_gpu_exporter_pod_resources_up") == [1]
 

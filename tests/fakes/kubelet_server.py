@@ -104,6 +104,8 @@ class FakeKubelet(PodResourcesServer):
       error                      (StatusCode, details) to fail List and
                                  GetAllocatableResources with, e.g. RATE_LIMITED
       allocatable_unimplemented  answer GetAllocatableResources with UNIMPLEMENTED (< 1.21)
+      allocatable_error          (StatusCode, details) to fail GetAllocatableResources alone
+                                 with, e.g. UNKNOWN as 1.21–1.22 do with its feature gate off
     `calls` counts the calls per method name.
     """
 
@@ -111,6 +113,7 @@ class FakeKubelet(PodResourcesServer):
         super().__init__(socket_path)
         self.delay = 0.0
         self.error: tuple[grpc.StatusCode, str] | None = None
+        self.allocatable_error: tuple[grpc.StatusCode, str] | None = None
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -140,6 +143,8 @@ class FakeKubelet(PodResourcesServer):
             self.calls[method] += 1
         if method == "GetAllocatableResources" and self.allocatable_unimplemented:
             return
+        if method == "GetAllocatableResources" and self.allocatable_error is not None:
+            context.abort(*self.allocatable_error)
         deadline = time.monotonic() + self.delay
         while time.monotonic() < deadline and context.is_active():
             if self._stopping.wait(0.01):

@@ -273,7 +273,7 @@ async def test_old_kubelet_without_allocatable_is_not_an_error(
 
     listing = await client.list()
 
-    assert dict(listing.allocatable) == {}
+    assert listing.allocatable is None  # unknown, not "nothing advertised"
     assert listing.allocations == (
         ContainerAllocation("ml", "p", "c", "nvidia.com/gpu", ("GPU-a",)),
     )

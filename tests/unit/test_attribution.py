@@ -184,7 +184,17 @@ def test_capacity_unmapped_ids_and_terminated_pods() -> None:
             DraAllocation("ml", "dra-0", "c", "ml", "c", "gpu.nvidia.com", "node-1", "gpu-7", None),
             DraAllocation("ml", "tpu-0", "c", "ml", "c", "tpu.example.com", "node-1", "t-0", None),
         ),
-        allocatable={"nvidia.com/gpu": ("a", "b", "c"), "nvidia.com/mig-3g.40gb": ("x", "y")},
+        allocatable={
+            "nvidia.com/gpu": (
+                "GPU-00000000-0000-4000-8000-000000000000",
+                "GPU-11111111-0000-4000-8000-000000000000",
+                "GPU-55555555-0000-4000-8000-000000000000",
+            ),
+            "nvidia.com/mig-3g.40gb": (
+                "MIG-33333333-0000-4000-8000-000000000000",
+                "MIG-44444444-0000-4000-8000-000000000000",
+            ),
+        },
     )
     attr = attribute(NODE, node, Directory({}, gone=frozenset({NOTEBOOK_B})))
     assert attr.unmapped == {"nvidia.com/gpu": 1, "dra/gpu.nvidia.com": 1}
@@ -198,9 +208,11 @@ def test_capacity_unmapped_ids_and_terminated_pods() -> None:
     cap = attr.capacity
     assert cap.driver_gpus == 5
     assert cap.advertised == {"nvidia.com/gpu": 3, "nvidia.com/mig-3g.40gb": 2}
+    # Only what is attributed is allocated: not the id that names no GPU, not the unresolved
+    # DRA claim, not the ended pod's GPU.
     assert cap.allocated == {
-        "dra/gpu.nvidia.com": 2,
-        "nvidia.com/gpu": 3,
+        "dra/gpu.nvidia.com": 1,
+        "nvidia.com/gpu": 1,
         "nvidia.com/mig-3g.40gb": 1,
     }
     # GPU 0 held, GPU 2 has an instance held, GPU 7 by DRA, GPU 5's holder ended: 1 and 5 free.
