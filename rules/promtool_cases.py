@@ -38,6 +38,7 @@ class Series:
 class Firing:
     labels: Labels  # the alert's labels besides alertname and severity
     value: float  # $value, for the description
+    rows: tuple[Labels, ...] = ()  # what the description's `with query` block returns
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +116,34 @@ def timeline(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Che
     if held:
         checks.insert(0, Check(start + held - 1, ()))
     return tuple(checks)
+
+
+# --- boundaries ----------------------------------------------------------------------------------
+# A case whose series sit comfortably past a threshold, checked minutes after `for`, passes
+# against a rule with the wrong threshold, `>=` for `>` or a `for` a minute off. Cases probe the
+# edges instead: a series exactly at the threshold, one just past it, and checks on both sides
+# of `for` (tests/integration/test_rules_mutation.py proves each of those slips fails them).
+
+BOUNDARY = 0.01  # how far past a threshold a probe sits, relative to it
+
+
+def just_over(threshold: float) -> float:
+    """1 % over `threshold` (0.01 over 0): fires under `> threshold`, and no longer once the
+    threshold rises by more than that. Its partner sits exactly at the threshold, which `>`
+    leaves silent and `>=` does not."""
+    return threshold + (abs(threshold) * BOUNDARY or BOUNDARY)
+
+
+def just_under(threshold: float) -> float:
+    """1 % under `threshold`: silent under `>= threshold`, firing once it drops by more."""
+    return threshold - (abs(threshold) * BOUNDARY or BOUNDARY)
+
+
+def edges(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check, ...]:
+    """Checks on both edges of `for` for a condition true from minute `start`: nothing at the
+    last minute before the alert may fire, exactly `firing` at the first minute `for` has
+    held. A `for` one evaluation shorter fires at the first check; one longer misses the
+    second (which `timeline`, checking two minutes late, lets pass)."""
+    held = minutes(for_)
+    before = (Check(start + held - 1, ()),) if start + held else ()
+    return (*before, Check(start + held, firing))
