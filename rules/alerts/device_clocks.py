@@ -20,10 +20,12 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Firing,
     Series,
     World,
+    edges,
+    just_over,
+    just_under,
     minutes,
     s,
     steady,
-    timeline,
 )
 from kube_gpu_exporter.rules.runbook_parts import NODE_GPUS, Runbook, find_node, on_node, promql
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
@@ -47,9 +49,9 @@ def _clock_events(w: World, n: int, active: Mapping[int, tuple[str, ...]]) -> tu
 
 
 def _slowed(a: AlertSettings, w: World, active: Mapping[int, tuple[str, ...]]) -> Case:
-    """GPUs with the reasons in `active`; GPU 0 alone must fire."""
+    """GPUs with the reasons in `active`; GPU 0 alone must fire, exactly when `for` has held."""
     n = minutes(a.for_) + 10
-    return Case(_clock_events(w, n, active), timeline(a.for_, (Firing(w.dev_out("a", 0), 1),)))
+    return Case(_clock_events(w, n, active), edges(a.for_, (Firing(w.dev_out("a", 0), 1),)))
 
 
 def _clock_queries(q: Query, *readings: c.Metric) -> str:
@@ -77,13 +79,15 @@ def _temperature_rule(a: TemperatureAlert, q: Query) -> AlertText:
 
 
 def _temperature_case(a: TemperatureAlert, w: World) -> Case:
-    hot, cool = a.threshold + 3, a.threshold / 2
+    """A hot GPU and a cool one; GPU 2 exactly at the threshold (not over it: silent) and
+    GPU 3 just over it (fires), so that neither `>=` nor a slightly different threshold
+    passes."""
+    temperatures = {0: a.threshold + 3, 1: a.threshold / 2, 2: a.threshold}
+    temperatures[3] = just_over(a.threshold)
     n = minutes(a.for_) + 10
-    series = (
-        s(c.TEMPERATURE, w.dev("a", 0), steady(hot, n)),
-        s(c.TEMPERATURE, w.dev("a", 1), steady(cool, n)),
-    )
-    return Case(series, timeline(a.for_, (Firing(w.dev("a", 0), hot),)))
+    series = tuple(s(c.TEMPERATURE, w.dev("a", g), steady(t, n)) for g, t in temperatures.items())
+    firing = tuple(Firing(w.dev("a", g), temperatures[g]) for g in (0, 3))
+    return Case(series, edges(a.for_, firing))
 
 
 def _temperature_runbook(a: TemperatureAlert, q: Query) -> Runbook:
@@ -125,11 +129,13 @@ GPU_TEMPERATURE_HIGH = AlertSpec(
     rule=_temperature_rule,
     cases=_temperature_case,
     runbook=_temperature_runbook,
+    holders=True,
 )
 
 # --- GPUThermalThrottling ------------------------------------------------------------------------
 
-THERMAL = "sw_thermal_slowdown|hw_thermal_slowdown"
+SW = "sw_thermal_slowdown"
+THERMAL = f"{SW}|hw_thermal_slowdown"
 
 
 class ThrottlingAlert(AlertSettings):
@@ -161,28 +167,32 @@ def _throttling_rule(a: ThrottlingAlert, q: Query) -> AlertText:
 
 
 def _throttling_case(a: ThrottlingAlert, w: World) -> Case:
-    """GPU 0 is throttled half the time (its duration counter gains 30 s a minute), GPU 1 a
-    tenth of it (its 0/1 series, always 1, does not count where the counter exists), GPU 2
-    has no duration counters and its reason is active from minute 5: 0 and 2 fire."""
+    """Duration counters rising from minute 0: GPU 0 by exactly the duty's share of each
+    minute (fires: the rule says "at least"), GPU 1 just under it (silent; its 0/1 series, 1
+    from minute 1, does not count where the counter exists). GPU 2 has no duration counters
+    and its reason is active from minute 0: it fires as soon as `for` has held. GPU 0's rate
+    climbs to the duty as its window fills, so it is checked once that has happened.
+
+    The at-duty probe is exact when the duty is a whole number of seconds per minute (25 %:
+    15 s; promtool adds the increments and divides exactly); otherwise GPU 0 sits just over
+    it instead."""
     span, held = minutes(a.window), minutes(a.for_)
     n = span + held + 15
+    at_duty = a.duty * 60 if (a.duty * 60).is_integer() else just_over(a.duty) * 60
+    rising = {0: at_duty, 1: just_under(a.duty) * 60}  # seconds held down per minute
     duration = c.CLOCK_EVENT_DURATION
     series = (
-        s(duration, w.dev("a", 0, reason="sw_thermal_slowdown"), f"0+30x{n}"),
-        s(duration, w.dev("a", 0, reason="hw_thermal_slowdown"), steady(0, n)),
-        s(duration, w.dev("a", 1, reason="sw_thermal_slowdown"), f"0+6x{n}"),
-        s(duration, w.dev("a", 1, reason="hw_thermal_slowdown"), steady(0, n)),
-        *_clock_events(w, n, {0: (), 1: ("sw_thermal_slowdown",)}),
-        *(
-            s(c.CLOCK_EVENT_ACTIVE, w.dev("a", 2, reason=r), f"0+0x4 {int(hot)}+0x{n}")
+        *(s(duration, w.dev("a", g, reason=SW), f"0+{v!r}x{n}") for g, v in rising.items()),
+        *(s(duration, w.dev("a", g, reason="hw_thermal_slowdown"), steady(0, n)) for g in rising),
+        *_clock_events(w, n, {0: (), 2: ("hw_thermal_slowdown",)}),
+        *(  # from minute 1, when its counter has two samples and so a rate
+            s(c.CLOCK_EVENT_ACTIVE, w.dev("a", 1, reason=r), f"0 {int(r == SW)}+0x{n}")
             for r in c.CLOCK_EVENT_REASONS
-            for hot in (r == "hw_thermal_slowdown",)
         ),
     )
-    firing = (Firing(w.dev_out("a", 0), 0.5), Firing(w.dev_out("a", 2), 1))
-    # Nothing at minute 4 (GPU 0's rate still builds up, GPU 2 not yet hot); both firing once
-    # a full window of samples lies past minute 5, where GPU 0's rate is exactly a half.
-    return Case(series, (Check(4, ()), Check(span + held + 7, firing)))
+    gpu_2 = Firing(w.dev_out("a", 2), 1)
+    late = Check(span + held + 2, (Firing(w.dev_out("a", 0), at_duty / 60), gpu_2))
+    return Case(series, (*edges(a.for_, (gpu_2,)), late))
 
 
 def _throttling_runbook(a: ThrottlingAlert, q: Query) -> Runbook:
@@ -220,6 +230,7 @@ GPU_THERMAL_THROTTLING = AlertSpec(
     rule=_throttling_rule,
     cases=_throttling_case,
     runbook=_throttling_runbook,
+    holders=True,
 )
 
 # --- GPUHardwareSlowdown -------------------------------------------------------------------------
@@ -271,6 +282,7 @@ GPU_HARDWARE_SLOWDOWN = AlertSpec(
     rule=_slowdown_rule,
     cases=_slowdown_case,
     runbook=_slowdown_runbook,
+    holders=True,
 )
 
 # --- GPUPowerBrake -------------------------------------------------------------------------------
@@ -325,6 +337,7 @@ GPU_POWER_BRAKE = AlertSpec(
     rule=_brake_rule,
     cases=_brake_case,
     runbook=_brake_runbook,
+    holders=True,
 )
 
 SPECS = (GPU_TEMPERATURE_HIGH, GPU_THERMAL_THROTTLING, GPU_HARDWARE_SLOWDOWN, GPU_POWER_BRAKE)

@@ -14,13 +14,12 @@ from kube_gpu_exporter.rules.alerts import xid_events as xe
 from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
-    Check,
     Firing,
     World,
+    edges,
     minutes,
     s,
     steady,
-    timeline,
     uuid,
 )
 from kube_gpu_exporter.rules.runbook_parts import (
@@ -83,6 +82,7 @@ GPU_XID_ERRORS = AlertSpec(
     rule=xe.rule("hardware", "The GPU likely needs a reset, a node drain or an RMA."),
     cases=xe.xid_case,
     runbook=_xid_runbook,
+    holders=True,
 )
 
 # --- GPUEccUncorrectable -------------------------------------------------------------------------
@@ -112,8 +112,8 @@ def _ecc_case(a: EccAlert, w: World) -> Case:
         s(c.ECC_UNCORRECTED, w.dev("a", 0), f"0+0x{start - 1} 1+1x{n}"),  # rising from `start`
         s(c.ECC_UNCORRECTED, w.dev("a", 1), steady(3, start + n)),  # old errors, flat
     )
-    checks = (Check(start - 1, ()), Check(start + held + 2, (Firing(w.dev_out("a", 0), 0),)))
-    return Case(series, checks)
+    # GPU 0's first error is at `start`: nothing a minute before `for` has held, then it fires.
+    return Case(series, edges(a.for_, (Firing(w.dev_out("a", 0), 0),), start))
 
 
 def _ecc_runbook(a: EccAlert, q: Query) -> Runbook:
@@ -150,6 +150,7 @@ GPU_ECC_UNCORRECTABLE = AlertSpec(
     rule=_ecc_rule,
     cases=_ecc_case,
     runbook=_ecc_runbook,
+    holders=True,
 )
 
 # --- GPULost -------------------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def _lost_case(a: LostAlert, w: World) -> Case:
         s(c.GPU_UP, mig, steady(0, n)),  # goes with its parent: no alert of its own
         s(c.GPU_UP, w.dev("a", 1), steady(1, n)),
     )
-    return Case(series, timeline(a.for_, (Firing(w.dev("a", 0), 0),)))
+    return Case(series, edges(a.for_, (Firing(w.dev("a", 0), 0),)))
 
 
 def _lost_runbook(a: LostAlert, q: Query) -> Runbook:
@@ -219,6 +220,7 @@ GPU_LOST = AlertSpec(
     rule=_lost_rule,
     cases=_lost_case,
     runbook=_lost_runbook,
+    holders=True,
 )
 
 SPECS = (GPU_XID_ERRORS, GPU_ECC_UNCORRECTABLE, GPU_LOST)

@@ -20,6 +20,7 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Check,
     Firing,
     World,
+    edges,
     minutes,
     s,
     steady,
@@ -105,7 +106,7 @@ def xid_case(a: XidAlert, w: World) -> Case:
     at = start + held + 2
     n = at + 10
     x = {"xid": str(a.xids[0])}
-    first = at - held - 1  # a first event late enough to still be in the window at `at`
+    first = start + 1  # the minute every counter that must fire first rises (GPU 0's too)
     series = [
         s(c.XID_ERRORS, w.dev("a", 0, **x), f"0+0x{start} 1+1x{n}"),
         s(c.XID_ERRORS, w.dev("a", 2, **x), steady(1, at + n)),
@@ -121,5 +122,5 @@ def xid_case(a: XidAlert, w: World) -> Case:
             s(c.XID_ERRORS, w.dev("a", 4, **x), f"1+0x{first - 4} 0+0x2 1+0x{n}"),
         ]
         firing += [Firing(w.dev_out("a", 1, **x), 0), Firing(w.dev_out("a", 4, **x), 0)]
-    checks = [Check(start - 1, ()), Check(at, tuple(firing))]
-    return Case(tuple(series), tuple(checks))
+    # Nothing before any event; then both edges of `for`, counted from `first`.
+    return Case(tuple(series), (Check(start - 1, ()), *edges(a.for_, tuple(firing), first)))
