@@ -24,11 +24,12 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Firing,
     Series,
     World,
+    edges,
+    just_over,
     later,
     minutes,
     s,
     steady,
-    timeline,
 )
 from kube_gpu_exporter.rules.runbook_parts import EXPORTER_LOGS, NODE_GPUS, Runbook, promql, sh
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
@@ -40,7 +41,7 @@ def _down_on_one_node(metric: str, for_: str, w: World) -> Case:
     """`metric` at 0 on node a (fires) and at 1 on node b (does not)."""
     n = minutes(for_) + 10
     series = (Series(metric, w.node("a"), steady(0, n)), Series(metric, w.node("b"), steady(1, n)))
-    return Case(series, timeline(for_, (Firing(w.node("a"), 0),)))
+    return Case(series, edges(for_, (Firing(w.node("a"), 0),)))
 
 
 # --- KubeGpuExporterDown -------------------------------------------------------------------------
@@ -118,7 +119,7 @@ def _absent_rule(a: AbsentAlert, q: Query) -> AlertText:
 def _absent_case(a: AbsentAlert, w: World) -> Case:
     """A GPU node without an exporter fires until the target appears; once the GPU pool scales
     to zero (no GPU node, no target) nothing fires; another cluster that keeps its exporter
-    never fires."""
+    never fires. A node offering 0 GPUs all along is no GPU node: the count stays 1."""
     appear = minutes(a.for_) + 10
     n = appear + 30
     ksm = selector_labels(w.q.config.selectors.kube_state_metrics)
@@ -127,6 +128,7 @@ def _absent_case(a: AbsentAlert, w: World) -> Case:
     series = [
         Series("up", other, steady(1, n)),
         Series(KSM_NODE_ALLOCATABLE, gpu_node, f"8+0x{appear + 10} 0+0x19"),
+        Series(KSM_NODE_ALLOCATABLE, gpu_node | {"node": "node-z"}, steady(0, n)),
         Series("up", w.node("a"), later(appear, "1+0x10 _x19")),
     ]
     if w.q.cluster:
@@ -136,7 +138,7 @@ def _absent_case(a: AbsentAlert, w: World) -> Case:
             Series("up", w.node("b") | elsewhere, steady(1, n)),
         ]
     checks = (
-        *timeline(a.for_, (Firing(dict(w.scope), 1),)),
+        *edges(a.for_, (Firing(dict(w.scope), 1),)),
         Check(appear + 5, ()),
         Check(appear + 25, ()),
     )
@@ -199,23 +201,30 @@ def _stale_rule(a: StaleAlert, q: Query) -> AlertText:
 
 
 def _stale_case(a: StaleAlert, w: World) -> Case:
+    """Node a's collections stop at 60 s: it fires once its age has been over the threshold
+    for `for`; node b keeps collecting; node c stopped too, but its NVML is down (that alert
+    speaks). Nodes d and e collect with a steady lag: d's age is exactly the threshold (not
+    over it: silent), e's just over it (fires once `for` has held)."""
     limit = duration_seconds(a.threshold)
     stuck_at = 60.0  # node a's last success, and node c's (whose NVML is down)
-    start = math.floor((stuck_at + limit) / 60) + 1  # first minute the age is over the limit
-    at = start + minutes(a.for_) + 2
+    start = math.floor((stuck_at + limit) / 60) + 1  # first minute node a's age is over
+    held = minutes(a.for_)
+    at = start + held + 2
     n = at + 10
+    lag = just_over(limit)
     series = (
         s(c.LAST_SUCCESS, w.node("a"), f"0 {stuck_at!r}+0x{n}"),
         s(c.LAST_SUCCESS, w.node("b"), f"0+60x{n}"),
         s(c.LAST_SUCCESS, w.node("c"), f"0 {stuck_at!r}+0x{n}"),
+        s(c.LAST_SUCCESS, w.node("d"), f"{-limit!r}+60x{n}"),  # `time() - x` is `limit`
+        s(c.LAST_SUCCESS, w.node("e"), f"{-lag!r}+60x{n}"),
         s(c.NVML_UP, w.node("a"), steady(1, n)),
         s(c.NVML_UP, w.node("b"), steady(1, n)),
         s(c.NVML_UP, w.node("c"), steady(0, n)),
     )
-    firing = (Firing(w.node("a"), at * 60 - stuck_at),)
-    pending = minutes(a.for_)
-    checks = (Check(start - 1, ()), *((Check(start + pending - 1, ()),) if pending else ()))
-    return Case(series, (*checks, Check(at, firing)))
+    e = Firing(w.node("e"), lag)
+    checks = (*edges(a.for_, (e,)), Check(start + held - 1, (e,)))
+    return Case(series, (*checks, Check(at, (Firing(w.node("a"), at * 60 - stuck_at), e))))
 
 
 def _stale_runbook(a: StaleAlert, q: Query) -> Runbook:
