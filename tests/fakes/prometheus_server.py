@@ -1,4 +1,8 @@
-"""Debian's Prometheus, started on a loopback port for a test and queried over its HTTP API."""
+"""Debian's Prometheus, started on a loopback port for a test and queried over its HTTP API.
+
+Besides static jobs it can carry external labels, jobs whose targets come from a file the test
+rewrites (file_sd: targets that vanish, as Kubernetes service discovery's do) and federation
+jobs, so several of them make a multi-cluster setup: one per cluster and a global one."""
 
 from __future__ import annotations
 
@@ -53,18 +57,35 @@ def run_prometheus(
     rule_files: Sequence[Path] = (),
     alertmanager: str | None = None,
     extra_jobs: Mapping[str, Sequence[str]] | None = None,
+    external_labels: Mapping[str, str] | None = None,
+    scrape_configs: Sequence[Mapping[str, Any]] = (),
+    lookback_delta: str | None = None,
 ) -> Iterator[Prometheus]:
+    """Prometheus scraping `targets` as `job` and `extra_jobs` (name → targets; a job with no
+    targets is left out), then `scrape_configs` as written in its file (`federate`,
+    `file_targets`), evaluating `rule_files`; `external_labels` mark what it exports.
+
+    `lookback_delta` shortens how long a series without new samples still counts (5m). A
+    federated series carries its source's timestamps, so Prometheus writes no staleness marker
+    when it vanishes and only the lookback ends it: a test of a global Prometheus shortens it."""
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus is not installed (make test installs it)"
     port = free_port()
+    static = {job: targets, **(extra_jobs or {})}
     config: dict[str, Any] = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "scrape_configs": [
-            {"job_name": name, "static_configs": [{"targets": list(hosts)}]}
-            for name, hosts in {job: targets, **(extra_jobs or {})}.items()
+            *(
+                {"job_name": name, "static_configs": [{"targets": list(hosts)}]}
+                for name, hosts in static.items()
+                if hosts
+            ),
+            *(dict(c) for c in scrape_configs),
         ],
         "rule_files": [str(p) for p in rule_files],
     }
+    if external_labels:
+        config["global"]["external_labels"] = dict(external_labels)
     if alertmanager:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     workdir = tmp_path / f"prometheus-{port}"
@@ -78,6 +99,7 @@ def run_prometheus(
                 f"--config.file={workdir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
+                *([f"--query.lookback-delta={lookback_delta}"] if lookback_delta else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -94,6 +116,32 @@ def run_prometheus(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def federate(job: str, servers: Sequence[Prometheus], match: Sequence[str]) -> dict[str, Any]:
+    """A scrape config that federates the series matching `match` from `servers`, keeping
+    their own job and instance labels (`honor_labels`), as a global Prometheus does."""
+    return {
+        "job_name": job,
+        "honor_labels": True,
+        "metrics_path": "/federate",
+        "params": {"match[]": list(match)},
+        "static_configs": [{"targets": [s.url.removeprefix("http://") for s in servers]}],
+    }
+
+
+def file_targets(job: str, path: Path, targets: Sequence[str]) -> dict[str, Any]:
+    """A scrape config for `job` whose targets Prometheus reads from `path` (file_sd), written
+    here with `targets`; `write_targets` changes them while it runs."""
+    write_targets(path, targets)
+    return {"job_name": job, "file_sd_configs": [{"files": [str(path)]}]}
+
+
+def write_targets(path: Path, targets: Sequence[str]) -> None:
+    """Replace the targets in a file_sd file at once (Prometheus watches the file's folder)."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps([{"targets": list(targets)}] if targets else []))
+    partial.replace(path)
 
 
 def ready(url: str) -> bool:
