@@ -413,6 +413,32 @@ def test_delay_ms_slows_every_call_but_error_string(driver: FakeDriver) -> None:
     assert time.monotonic() - started < 0.5
 
 
+def test_hang_blocks_every_call_until_a_rewrite_drops_it(nvml: FakeDriver) -> None:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.write(NODE.state_at(10), hang=True)
+    answers: list[int] = []
+    thread = threading.Thread(target=lambda: answers.append(pynvml.nvmlDeviceGetCount()))
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive() and answers == []  # stuck, as in a driver that never returns
+    assert pynvml.nvmlErrorString(15) == "GPU is lost"  # never hangs: pynvml's error path
+    nvml.write(NODE.state_at(10))
+    thread.join(5)
+    assert answers == [2]
+    assert pynvml.nvmlDeviceGetPowerUsage(handle) == 312_500
+
+
+def test_hang_holds_init_too(driver: FakeDriver) -> None:
+    driver.write(NODE.state_at(0), hang=True)
+    thread = threading.Thread(target=pynvml.nvmlInit)
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive()
+    driver.write(NODE.state_at(0))
+    thread.join(5)
+    assert not thread.is_alive() and pynvml.nvmlDeviceGetCount() == 2
+
+
 def test_concurrent_reads_during_rewrites(nvml: FakeDriver) -> None:
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     failures: list[BaseException] = []

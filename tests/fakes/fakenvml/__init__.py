@@ -9,6 +9,8 @@ State file lines (the C file's header is the reference):
 
     driver_version <text>
     delay_ms <n>
+    hang 1                                  (only when given: every call blocks until a
+                                           rewrite drops it)
     init_error <code>                       (only when given)
     device <index>                          then, for that GPU:
     uuid <text>
@@ -299,6 +301,7 @@ def render_state(
     *,
     delay_ms: int = 0,
     init_error: int | None = None,
+    hang: bool = False,
     errors: Mapping[tuple[int, str], int] = _NO_ERRORS,
 ) -> str:
     """The state file text for `node` (None: a driver that reports no GPUs).
@@ -306,6 +309,8 @@ def render_state(
     `errors` maps (GPU index, NVML C function name) to the nvmlReturn_t that function must
     answer for that GPU; it wins over the NOT_SUPPORTED (3) implied by `unsupported` keys of
     rows read by their own calls (the keys of field-value and GPM rows drop lines instead).
+    `hang` makes every call block (in the fake, without its lock) until a rewrite without it:
+    a driver stuck in the kernel, for what the exporter does while NVML never answers.
     """
     devices = node.devices if node is not None else ()
     known = {d.index for d in devices}
@@ -318,6 +323,8 @@ def render_state(
         f"driver_version {_token(driver, 'driver_version')}",
         f"delay_ms {int(delay_ms)}",
     ]
+    if hang:
+        lines.append("hang 1")
     if init_error is not None:
         lines.append(f"init_error {int(init_error)}")
     for device in devices:
@@ -335,6 +342,7 @@ def write_state(
     *,
     delay_ms: int = 0,
     init_error: int | None = None,
+    hang: bool = False,
     errors: Mapping[tuple[int, str], int] = _NO_ERRORS,
 ) -> None:
     """Atomically replace the state file, so the fake never reads a half-written one.
@@ -344,7 +352,7 @@ def write_state(
     size could look unchanged; each write therefore stamps a strictly increasing mtime.
     """
     global _last_mtime_ns
-    text = render_state(node, delay_ms=delay_ms, init_error=init_error, errors=errors)
+    text = render_state(node, delay_ms=delay_ms, init_error=init_error, hang=hang, errors=errors)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

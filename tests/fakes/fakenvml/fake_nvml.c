@@ -18,6 +18,10 @@
  *   driver_version <text>              e.g. 550.54.15 (nvmlSystemGetDriverVersion)
  *   nvml_version <text>                optional; default "12.<driver_version>"
  *   delay_ms <n>                       sleep at the start of every call but nvmlErrorString
+ *   hang <0|1>                         1: every call but nvmlErrorString (nvmlInit included)
+ *                                      blocks, re-reading the file every 10 ms without the
+ *                                      lock, until a rewrite says `hang 0` (a driver stuck in
+ *                                      the kernel); the call then goes on as usual
  *   init_error <code>                  nvmlInit fails with this nvmlReturn_t
  *
  * `device <index>` opens a GPU block (indexes 0, 1, 2, ... in order); the lines after it
@@ -268,6 +272,7 @@ typedef struct {
 typedef struct {
     char driver[80], nvml[80];
     unsigned delay_ms;
+    int hang;
     int init_error;
     unsigned count;
     gpu_t dev[MAX_GPUS];
@@ -360,6 +365,9 @@ static int parse_state(const char *path, state_t *out) {
         } else if (!strcmp(key, "delay_ms")) {
             if (sscanf(rest, "%u", &out->delay_ms) != 1)
                 rc = parse_error(path, line, "delay_ms <ms>");
+        } else if (!strcmp(key, "hang")) {
+            if (sscanf(rest, "%d", &out->hang) != 1)
+                rc = parse_error(path, line, "hang <0|1>");
         } else if (!strcmp(key, "init_error")) {
             if (sscanf(rest, "%i", &out->init_error) != 1)
                 rc = parse_error(path, line, "init_error <code>");
@@ -522,8 +530,9 @@ static void reload_if_changed(void) {
 
 /* ---- call entry and handles ---- */
 
-/* Lock, require init, pick up a rewritten state file and apply delay_ms. On NVML_SUCCESS the
- * lock is held; the delay is slept without it so that concurrent calls overlap like NVML's. */
+/* Lock, require init, pick up a rewritten state file, wait out `hang` and apply delay_ms. On
+ * NVML_SUCCESS the lock is held; hangs and delays are slept without it so that other threads'
+ * calls (and a test rewriting the file) are not held up by the fake's own lock. */
 static nvmlReturn_t enter(void) {
     pthread_mutex_lock(&g_lock);
     if (g_refcount == 0) {
@@ -531,6 +540,16 @@ static nvmlReturn_t enter(void) {
         return NVML_ERROR_UNINITIALIZED;
     }
     reload_if_changed();
+    while (g_state.hang) {
+        pthread_mutex_unlock(&g_lock);
+        usleep(10 * 1000);
+        pthread_mutex_lock(&g_lock);
+        if (g_refcount == 0) {
+            pthread_mutex_unlock(&g_lock);
+            return NVML_ERROR_UNINITIALIZED;
+        }
+        reload_if_changed();
+    }
     unsigned delay = g_state.delay_ms;
     if (delay) {
         pthread_mutex_unlock(&g_lock);
@@ -643,6 +662,12 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     int parsed = parse_state(path, &g_tmp);
+    while (parsed == 0 && g_tmp.hang) {
+        pthread_mutex_unlock(&g_lock);
+        usleep(10 * 1000);
+        pthread_mutex_lock(&g_lock);
+        parsed = stat(path, &st) != 0 ? -2 : parse_state(path, &g_tmp);
+    }
     if (parsed != 0) {
         pthread_mutex_unlock(&g_lock);
         return parsed == -2 ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_ERROR_UNKNOWN;
