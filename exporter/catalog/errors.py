@@ -20,12 +20,21 @@ NVML_ERROR_KINDS: Final[Mapping[int, str]] = MappingProxyType(
         10: "timeout",  # NVML_ERROR_TIMEOUT
         4: "no_permission",  # NVML_ERROR_NO_PERMISSION
         16: "reset_required",  # NVML_ERROR_RESET_REQUIRED
+        # Session-level codes answered by one reading while the rest of NVML answers: that
+        # reading is absent; the session is re-initialised ("init") only when every device
+        # or a node-wide call answers one (nvml/sampler.py).
+        1: "session",  # NVML_ERROR_UNINITIALIZED
+        9: "session",  # NVML_ERROR_DRIVER_NOT_LOADED
+        18: "session",  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+        12: "session",  # NVML_ERROR_LIBRARY_NOT_FOUND
     }
 )
 
 # The collection loop's own kinds: NVML could not start ("init"), a reading failed (by NVML
 # code), or a cycle raised ("other").
-COLLECTION_ERROR_KINDS: Final[tuple[str, ...]] = ("init", *NVML_ERROR_KINDS.values(), "other")
+COLLECTION_ERROR_KINDS: Final[tuple[str, ...]] = tuple(
+    dict.fromkeys(("init", *NVML_ERROR_KINDS.values(), "other"))
+)
 
 # A failed call to the kubelet's pod-resources API, counted as `pod_resources_<kind>`.
 PodResourcesErrorKind = Literal["unavailable", "timeout", "too_large", "rate_limited", "other"]

@@ -50,7 +50,8 @@ class _SessionLost(Exception):
     """NVML itself stopped answering (driver unloaded or upgraded under us): re-initialise."""
 
 
-# Errors that mean the NVML session is gone, not one device or one reading.
+# Codes that say the NVML session is gone. From a node-wide call they are believed at once;
+# from one reading of one device they are only a suspicion (see `_check_session`).
 SESSION_ERRORS = frozenset(
     {
         pynvml.NVML_ERROR_UNINITIALIZED,
@@ -91,6 +92,7 @@ class NvmlSampler:
         self._gpm = gpm or GpmReader()
         self._host_pid_namespace = in_host_pid_namespace()
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, row key) NVML refused
+        self._session_codes: Counter[str] = Counter()  # uuid → session codes this cycle
         self._xids: XidWatcher | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -151,13 +153,15 @@ class NvmlSampler:
             return NodeSample(nvml_up=False, errors=dict(errors))
         xid_counts = self._xids.counts() if self._xids is not None else {}
         samples: list[DeviceSample] = []
+        self._session_codes.clear()
         try:
             self._maybe_rediscover(errors)
             for device in self._devices:
                 samples.extend(self._sample_gpu(device, errors, xid_counts))
+            self._check_session(samples, errors)
         except _SessionLost as exc:
             errors["init"] += 1
-            log.error("NVML stopped answering (%s); re-initialising", exc.__cause__)
+            log.error("NVML stopped answering (%s); re-initialising", exc.__cause__ or exc)
             self.close()
             return NodeSample(nvml_up=False, errors=dict(errors))
         return NodeSample(
@@ -167,6 +171,29 @@ class NvmlSampler:
             errors=dict(errors),
             host_pid_namespace=self._host_pid_namespace,
         )
+
+    def _check_session(self, samples: list[DeviceSample], errors: Counter[str]) -> None:
+        """Raise _SessionLost if this cycle's session codes were more than one device's quirk.
+
+        A session code (UNINITIALIZED, DRIVER_NOT_LOADED, …) from one function of one GPU,
+        while every other call answers, does not mean the session is gone: re-initialising
+        would report the whole node down every other cycle and restart the Xid, GPM and
+        counter state of every GPU for one reading. So the session is believed lost only when
+        every device that answered at all answered such a code, or when a node-wide call
+        (the device count) answers one too; otherwise that reading is absent this cycle,
+        counted as `session`, and asked again next cycle.
+        """
+        if not self._session_codes:
+            return
+        answered = [d for d in samples if d.up and d.identity.uuid not in self._session_codes]
+        if not answered:
+            raise _SessionLost("every device answered a session-level code")
+        try:
+            pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            if exc.value in SESSION_ERRORS:
+                raise _SessionLost from exc
+        errors["session"] += self._session_codes.total()
 
     def _maybe_rediscover(self, errors: Counter[str]) -> None:
         """Pick up MIG repartitioning and replaced GPUs without restarting the exporter."""
@@ -297,7 +324,9 @@ class NvmlSampler:
         if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
             raise _DeviceLost from exc
         if exc.value in SESSION_ERRORS:
-            raise _SessionLost from exc
+            self._session_codes[uuid] += 1  # judged (and counted) once every device was asked
+            log.debug("%s: reading %s answered a session-level code: %s", uuid, reader, exc)
+            return
         if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
             self._unsupported.add((uuid, reader))
             log.debug("%s: %s not supported, not asking again", uuid, reader)

@@ -181,13 +181,46 @@ def test_transient_errors_drop_one_reading_and_are_counted(state_file: Path) -> 
     assert node.errors == {"unknown": 1}
 
 
+SESSION_CODES = (
+    pynvml.NVML_ERROR_UNINITIALIZED,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+)
+
+
+@pytest.mark.parametrize("code", SESSION_CODES)
+def test_a_session_code_on_one_reading_of_one_gpu_keeps_the_node(
+    state_file: Path, code: int
+) -> None:
+    """A session-level code from one function of one GPU, while NVML answers everything else,
+    drops that reading only: the node stays up, every other device reports, and it counts."""
+    write_state(state_file, NODE.state_at(0), errors={(0, "nvmlDeviceGetTemperature"): code})
+    sampler = NvmlSampler(watch_xids=False)
+    try:
+        first, second = sampler.sample(), sampler.sample()
+    finally:
+        sampler.close()
+    for node in (first, second):  # asked again next cycle, never re-initialised for it
+        assert node.nvml_up and len(node.devices) == 5 and all(d.up for d in node.devices)
+        gpu = by_uuid(node)["GPU-11111111-0000-4000-8000-000000000000"]
+        assert "nvidia_gpu_temperature_celsius" not in gpu.values
+        assert gpu.values["nvidia_gpu_power_watts"] == 250.5
+        other = by_uuid(node)["GPU-55555555-0000-4000-8000-000000000000"]
+        assert other.values["nvidia_gpu_temperature_celsius"] == 40
+        assert node.errors == {"session": 1}
+
+
 def test_driver_replaced_under_a_running_sampler_reinitialises(state_file: Path) -> None:
     write_state(state_file, NODE.state_at(0))
     sampler = NvmlSampler(watch_xids=False)
     try:
         assert sampler.sample().nvml_up
-        # A driver upgrade without a reboot: every call answers LIB_RM_VERSION_MISMATCH.
-        mismatch = {(0, "nvmlDeviceGetMemoryInfo_v2"): pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH}
+        # A driver upgrade without a reboot: every GPU answers LIB_RM_VERSION_MISMATCH.
+        mismatch = {
+            (index, "nvmlDeviceGetMemoryInfo_v2"): pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+            for index in range(3)
+        }
         write_state(state_file, NODE.state_at(0), errors=mismatch)
         broken = sampler.sample()
         assert not broken.nvml_up and broken.devices == () and broken.errors == {"init": 1}
@@ -286,4 +319,8 @@ def test_catalog_nvml_error_codes_are_pynvmls() -> None:
         pynvml.NVML_ERROR_TIMEOUT: "timeout",
         pynvml.NVML_ERROR_NO_PERMISSION: "no_permission",
         pynvml.NVML_ERROR_RESET_REQUIRED: "reset_required",
+        pynvml.NVML_ERROR_UNINITIALIZED: "session",
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "session",
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "session",
+        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "session",
     }
