@@ -16,10 +16,11 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Firing,
     Series,
     World,
+    edges,
+    just_over,
     minutes,
     s,
     steady,
-    timeline,
 )
 from kube_gpu_exporter.rules.runbook_parts import Runbook, find_node, on_node, promql
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
@@ -79,7 +80,13 @@ def _leaked_case(a: LeakAlert, w: World) -> Case:
         s(c.MEMORY_USED, mig, steady(held, n)),
         Series(c.ALLOCATION_INFO.name, mig | {"namespace": "team-a", "pod": "mig-0"}, "1+0x200"),
     ]
-    return Case(tuple(series), timeline(a.for_, (Firing(w.dev_out("a", 0), held),)))
+    # GPU 4 holds exactly the threshold (silent: "over" it is strict), GPU 5 just over it.
+    over = just_over(a.threshold)
+    for g, used in ((4, a.threshold), (5, over)):
+        series.append(s(c.MEMORY_USED, w.dev("a", g), steady(used, n)))
+        series.append(s(c.COMPUTE_PROCESSES, w.dev("a", g), steady(0, n)))
+    firing = (Firing(w.dev_out("a", 0), held), Firing(w.dev_out("a", 5), over))
+    return Case(tuple(series), edges(a.for_, firing))
 
 
 def _leaked_runbook(a: LeakAlert, q: Query) -> Runbook:

@@ -20,13 +20,14 @@ from kube_gpu_exporter.rules.alert_text import AlertText, device
 from kube_gpu_exporter.rules.promql import Query, agg, fmt_number, fmt_percent
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
+    Check,
     Firing,
     Series,
     World,
+    edges,
     minutes,
     s,
     steady,
-    timeline,
     uuid,
 )
 from kube_gpu_exporter.rules.runbook_parts import (
@@ -100,7 +101,7 @@ def _near_full_rule(a: MemoryAlert, q: Query) -> AlertText:
     if a.preallocating:
         expr += f"\nunless {q.on(q.device)} {q.sel(c.ALLOCATION_INFO, a.preallocating)}"
     return AlertText(
-        q.with_holder(expr),
+        expr,
         f"{device(q)} has had {{{{ $value | humanizePercentage }}}} of its "
         f"framebuffer in use, over the {fmt_percent(a.threshold)} threshold, for {a.for_}. "
         "The next allocation on it may fail with CUDA out of memory.",
@@ -148,7 +149,7 @@ def _near_full_case(a: MemoryAlert, w: World) -> Case:
         ),
         Firing(w.dev_out("a", 7), past / TOTAL),
     )
-    return Case(tuple(series), timeline(a.for_, firing))
+    return Case(tuple(series), edges(a.for_, firing))
 
 
 def _near_full_runbook(a: MemoryAlert, q: Query) -> Runbook:
@@ -204,6 +205,7 @@ GPU_MEMORY_NEAR_FULL = AlertSpec(
     rule=_near_full_rule,
     cases=_near_full_case,
     runbook=_near_full_runbook,
+    holders=True,
 )
 
 # --- GPUMemoryFillingUp --------------------------------------------------------------------------
@@ -219,8 +221,8 @@ class FillingUpAlert(AlertSettings):
     def _horizon_past_for(self) -> FillingUpAlert:
         # A prediction that must hold for `for` before paging is useless if the device fills
         # before `for` has passed.
-        if duration_seconds(self.horizon) < duration_seconds(self.for_) + 300:
-            raise ValueError(f"horizon {self.horizon} must be at least `for` ({self.for_}) + 5m")
+        if duration_seconds(self.horizon) < duration_seconds(self.for_) + 600:
+            raise ValueError(f"horizon {self.horizon} must be at least `for` ({self.for_}) + 10m")
         return self
 
 
@@ -235,12 +237,13 @@ def _filling_rule(a: FillingUpAlert, q: Query) -> AlertText:
     )
     seconds = f"{duration_seconds(a.horizon):g}"
     expr = (
-        f"(\n{headroom}\n)\n  / ({rate} > 0)\n  < {seconds}\n"
+        # A rate of 0 or less divides to +Inf (or NaN when full): never under the horizon.
+        f"(\n{headroom}\n)\n  / clamp_min({rate}, 0)\n  < {seconds}\n"
         f"and {q.on(q.device)} {recent} > 0\n"
         f"unless {q.on(q.device)} {q.mig_parents()}"
     )
     return AlertText(
-        q.with_holder(expr),
+        expr,
         f"{device(q)} is filling its framebuffer: at its rate over the last "
         f"{a.window} it is full in {{{{ $value | humanizeDuration }}}}, under the {a.horizon} "
         "horizon, and it has kept growing for "
@@ -258,7 +261,7 @@ def _filling_case(a: FillingUpAlert, w: World) -> Case:
     # truncation cannot tip with the last bit of the regression.
     ttf = horizon - 1 - 1 / 120  # minutes at the start: fires, and not full before the check
     leak = f"{TOTAL - rate * ttf!r}+{rate!r}x{int(ttf)} {TOTAL!r}+0x{n}"
-    step = f"0+0x4 {0.9 * TOTAL!r}+0x{n}"  # a framework reserving 90 % at start-up
+    step = f"0+0x4 {0.9 * TOTAL!r}+0x{n}"  # a framework reserving 90 % at minute 5
     slow = f"{TOTAL / 4!r}+{rate / 3!r}x{n}"  # full in well over a horizon
     series = [
         s(c.MEMORY_USED, w.dev("a", 0), leak),
@@ -276,16 +279,23 @@ def _filling_case(a: FillingUpAlert, w: World) -> Case:
         series.append(s(c.MEMORY_TOTAL, w.dev("a", g), f"{start + headroom!r}+{rate!r}x{n}"))
     series += _mig_series(w, TOTAL / 2, n)
     series.append(w.alloc("a", 0, "team-a", "leaky-0", "exclusive"))
-    check = 1 + for_ + 2  # the firing check of timeline(start=1)
-    firing = (
-        Firing(
-            w.dev_out("a", 0, namespace="team-a", pod="leaky-0"),
-            (ttf - check) * 60,
-            ({"namespace": "team-a", "pod": "leaky-0"},),
-        ),
-        Firing(w.dev_out("a", 7), (horizon * 0.99 - 1 / 120) * 60),
-    )
-    return Case(tuple(series), timeline(a.for_, firing, start=1))
+    start, step_at = 1, 5  # deriv needs two samples; the framework reserves at minute 5
+
+    def firing(minute: int) -> tuple[Firing, ...]:
+        return (
+            Firing(
+                w.dev_out("a", 0, namespace="team-a", pod="leaky-0"),
+                (ttf - minute) * 60,
+                ({"namespace": "team-a", "pod": "leaky-0"},),
+            ),
+            Firing(w.dev_out("a", 7), (horizon * 0.99 - 1 / 120) * 60),
+        )
+
+    # The start-up step looks like growth for exactly `for` (its jump leaves the recent
+    # window then), so it stays pending and never fires: checked a minute after it would have.
+    after_step = step_at + for_ + 1
+    checks = (*edges(a.for_, firing(start + for_), start), Check(after_step, firing(after_step)))
+    return Case(tuple(series), checks)
 
 
 def _filling_runbook(a: FillingUpAlert, q: Query) -> Runbook:
@@ -333,6 +343,7 @@ GPU_MEMORY_FILLING_UP = AlertSpec(
     rule=_filling_rule,
     cases=_filling_case,
     runbook=_filling_runbook,
+    holders=True,
 )
 
 SPECS = (GPU_MEMORY_NEAR_FULL, GPU_MEMORY_FILLING_UP)

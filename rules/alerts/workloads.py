@@ -20,10 +20,10 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Firing,
     Series,
     World,
+    edges,
     minutes,
     s,
     steady,
-    timeline,
 )
 from kube_gpu_exporter.rules.record_names import names
 from kube_gpu_exporter.rules.runbook_parts import Runbook, promql, sh
@@ -54,7 +54,8 @@ def _idle_rule(a: IdleAlert, q: Query) -> AlertText:
         ":{}.",
     )
     return AlertText(
-        f"{agg('sum', keys, q.recorded(idle))} > 0",
+        # The recorded series exist only for idle holds: their sum is the alert, no comparison.
+        agg("sum", keys, q.recorded(idle)),
         f"{label('namespace')}/{label('workload')}"
         "{{ with $labels.owner_kind }} ({{ . }}){{ end }}"
         f'{in_cluster(q)} has left {{{{ $value | printf "%.3g" }}}} of its GPUs idle, using '
@@ -132,7 +133,7 @@ def _idle_case(a: IdleAlert, w: World) -> Case:
         fired("team-e", "hopper-mig", 1, "hopper-mig"),
         fired("team-f", "ampere-idle", 1, "ampere-idle"),
     )
-    return Case(tuple(series), timeline(a.for_, firing))
+    return Case(tuple(series), edges(a.for_, firing))
 
 
 def _idle_runbook(a: IdleAlert, q: Query) -> Runbook:
