@@ -16,10 +16,10 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Check,
     Firing,
     World,
+    edges,
     minutes,
     s,
     steady,
-    timeline,
 )
 from kube_gpu_exporter.rules.runbook_parts import (
     DRAIN,
@@ -37,17 +37,21 @@ from kube_gpu_exporter.rules.spec import AlertSpec
 ROW_REMAPPER = on_node("nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT,ECC")
 
 
-def _flag_case(metric: c.Metric, for_: str, w: World) -> Case:
-    """GPU 0 raises the 0/1 flag at minute 5, GPU 1 keeps it at 0: only GPU 0 fires, once
-    `for` has passed after the rise."""
+def _raised_case(metric: c.Metric, for_: str, w: World, raised: int = 1) -> Case:
+    """GPU 0 raises the field from 0 to `raised` at minute 5, GPU 1 keeps it at 0: only GPU 0
+    fires, exactly when `for` has held after the rise — with no `for`, at the very minute of
+    the rise (a `for` of a minute would miss that check)."""
     start = 5
-    n = start + minutes(for_) + 10
+    held = minutes(for_)
+    n = start + held + 10
     series = (
-        s(metric, w.dev("a", 0), f"0+0x{start - 1} 1+0x{n}"),
+        s(metric, w.dev("a", 0), f"0+0x{start - 1} {raised}+0x{n}"),
         s(metric, w.dev("a", 1), steady(0, start + n)),
     )
-    firing = (Firing(w.dev_out("a", 0), 1),)
-    return Case(series, (Check(start - 1, ()), *timeline(for_, firing, start)))
+    firing = (Firing(w.dev_out("a", 0), raised),)
+    # Nothing before the rise (with no `for`, edges checks that minute itself).
+    before = (Check(start - 1, ()),) if held else ()
+    return Case(series, (*before, *edges(for_, firing, start)))
 
 
 # --- GPURowRemapPending --------------------------------------------------------------------------
@@ -98,7 +102,7 @@ GPU_ROW_REMAP_PENDING = AlertSpec(
     summary="A GPU needs a reset for a memory row remapping to take effect.",
     settings=RemapPendingAlert,
     rule=_pending_rule,
-    cases=lambda a, w: _flag_case(c.ROW_REMAP_PENDING, a.for_, w),
+    cases=lambda a, w: _raised_case(c.ROW_REMAP_PENDING, a.for_, w),
     runbook=_pending_runbook,
     holders=True,
 )
@@ -153,7 +157,7 @@ GPU_ROW_REMAP_FAILED = AlertSpec(
     summary="A GPU ran out of spare memory rows: it needs an RMA.",
     settings=CriticalAtOnce,
     rule=_failed_rule,
-    cases=lambda a, w: _flag_case(c.ROW_REMAP_FAILED, a.for_, w),
+    cases=lambda a, w: _raised_case(c.ROW_REMAP_FAILED, a.for_, w),
     runbook=_failed_runbook,
     holders=True,
 )
@@ -171,14 +175,8 @@ def _recovery_rule(a: CriticalAtOnce, q: Query) -> AlertText:
 
 
 def _recovery_case(a: CriticalAtOnce, w: World) -> Case:
-    start = 5
-    n = start + minutes(a.for_) + 10
-    series = (
-        s(c.RECOVERY_ACTION, w.dev("a", 0), f"0+0x{start - 1} 2+0x{n}"),  # then: node reboot
-        s(c.RECOVERY_ACTION, w.dev("a", 1), steady(0, start + n)),  # none
-    )
-    firing = (Firing(w.dev_out("a", 0), 2),)
-    return Case(series, (Check(start - 1, ()), *timeline(a.for_, firing, start)))
+    """GPU 0 asks for a node reboot (2) from minute 5; GPU 1 asks for nothing (0)."""
+    return _raised_case(c.RECOVERY_ACTION, a.for_, w, raised=2)
 
 
 def _recovery_runbook(a: CriticalAtOnce, q: Query) -> Runbook:
@@ -234,19 +232,31 @@ def _replay_rule(a: PcieReplayAlert, q: Query) -> AlertText:
     )
 
 
+def _bursts(size: int, first: int, every: int, n: int) -> str:
+    """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after,
+    for n + 1 samples: every window of `every` minutes from `first` on holds exactly one
+    burst."""
+    return " ".join(str(size * max(0, (m - first) // every + 1)) for m in range(n + 1))
+
+
 def _replay_case(a: PcieReplayAlert, w: World) -> Case:
+    """Bursts of replays, one per window from minute `first` on (after a window without any):
+    GPU 0 retransmits one packet more than the threshold per window (fires: replays are
+    whole packets, and any higher threshold leaves it silent), GPU 2 exactly the threshold
+    (not over it: silent), GPU 1 has old replays and no new ones. `increase` over a window
+    is a burst exactly: the range [t - window, t] of Prometheus 2 (Debian's promtool) holds a
+    sample at both ends, so nothing is extrapolated. Prometheus 3's left-open range would
+    extrapolate GPU 2 over the threshold, and this case would fail there rather than pass."""
     held, span = minutes(a.for_), minutes(a.window)
-    per_minute = a.threshold // span + 2  # comfortably over the threshold per window
-    start = span + 10
-    n = start + span + held + 10
+    first = span + 5
+    n = first + span + held + 10
+    over = a.threshold + 1
     series = (
-        s(c.PCIE_REPLAYS, w.dev("a", 0), f"0+0x{start} 0+{per_minute}x{n}"),
-        s(c.PCIE_REPLAYS, w.dev("a", 1), steady(5, start + n)),  # old replays, none new
+        s(c.PCIE_REPLAYS, w.dev("a", 0), _bursts(over, first, span, n)),
+        s(c.PCIE_REPLAYS, w.dev("a", 1), steady(5, n)),  # old replays, none new
+        s(c.PCIE_REPLAYS, w.dev("a", 2), _bursts(a.threshold, first, span, n)),
     )
-    fire_at = start + span + held + 2
-    # A full window of steady replays: `increase` over it is exactly per_minute × span.
-    checks = (Check(start, ()), Check(fire_at, (Firing(w.dev_out("a", 0), per_minute * span),)))
-    return Case(series, checks)
+    return Case(series, edges(a.for_, (Firing(w.dev_out("a", 0), over),), first))
 
 
 def _replay_runbook(a: PcieReplayAlert, q: Query) -> Runbook:

@@ -21,11 +21,11 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Firing,
     Series,
     World,
+    edges,
     later,
     minutes,
     s,
     steady,
-    timeline,
 )
 from kube_gpu_exporter.rules.runbook_parts import NODE_GPUS, Runbook, find_node, promql, sh
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
@@ -92,9 +92,12 @@ def _not_advertised_case(a: NotAdvertisedAlert, w: World) -> Case:
         "c": (4, {}, 0),  # pod-resources down: that alert speaks instead
         "d": (8, {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 0}, 1),  # nothing at all
         "e": (8, {}, 1),  # a kubelet that cannot list allocatable devices: unknown, silent
+        # The exporter on a node whose driver sees no GPU, which advertises none: nothing is
+        # missing (the driver must see more than 0 GPUs, not at least 0).
+        "f": (0, {"nvidia.com/gpu": 0}, 1),
     }
     firing = (Firing(w.node_out("a"), 8), Firing(w.node_out("d"), 8))
-    return Case(_node_series(w, n, nodes), timeline(a.for_, firing))
+    return Case(_node_series(w, n, nodes), edges(a.for_, firing))
 
 
 def _not_advertised_runbook(a: NotAdvertisedAlert, q: Query) -> Runbook:
@@ -170,8 +173,10 @@ def _partially_case(a: PartiallyAdvertisedAlert, w: World) -> Case:
         "b": (2, {"nvidia.com/mig-1g.10gb": 14}, 1),
         "c": (8, {"nvidia.com/gpu": 0}, 1),  # GPUNotAdvertised's case
         "d": (4, {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 4}, 1),  # mixed, all used
+        "e": (8, {"nvidia.com/gpu": 8}, 1),  # exactly one device per GPU: none missing
     }
-    return Case(_node_series(w, n, nodes), timeline(a.for_, (Firing(w.node_out("a"), 8),)))
+    # Node a, one device short, fires; node e, with as many devices as GPUs, must not.
+    return Case(_node_series(w, n, nodes), edges(a.for_, (Firing(w.node_out("a"), 8),)))
 
 
 def _partially_runbook(a: PartiallyAdvertisedAlert, q: Query) -> Runbook:
@@ -246,8 +251,9 @@ def _mismatch_case(a: DriverMismatchAlert, w: World) -> Case:
         s(c.GPU_INFO, w.dev("b", 0, **info, **old), steady(1, switch - 1)),
         s(c.GPU_INFO, w.dev("b", 0, **info, **new), later(switch, steady(1, n))),
     )
-    # A vanished series stays visible for the 5-minute lookback: two versions from `switch`.
-    checks = (Check(switch - 2, ()), *timeline(a.for_, (Firing(w.scope, 2),), start=switch))
+    # A vanished series stays visible for the 5-minute lookback: two versions from `switch`,
+    # so the alert fires exactly when `for` has held after it (with no `for`, at `switch`).
+    checks = (Check(switch - 2, ()), *edges(a.for_, (Firing(w.scope, 2),), start=switch))
     return Case(series, checks)
 
 

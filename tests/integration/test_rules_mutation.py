@@ -105,13 +105,6 @@ AWAITING_EDGE_CASES = frozenset(
         "GPUMemoryNearFull",
         "GPUMemoryFillingUp",
         "GPUMemoryLeaked",
-        "GPURowRemapPending",
-        "GPURowRemapFailed",
-        "GPURecoveryActionRequired",
-        "GPUPcieReplayErrors",
-        "GPUNotAdvertised",
-        "GPUPartiallyAdvertised",
-        "GPUDriverVersionMismatch",
     }
 )
 
