@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import subprocess
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -94,19 +93,18 @@ alerts:
 """
 CONFIGS = {"defaults": "", "unlike-defaults": UNLIKE_DEFAULTS}
 
-# Alerts whose cases do not yet probe their edges, in files other engineers are rewriting
-# (workloads and workload memory, memory leaks, device health, nodes): their survivors are
-# reported as a warning instead of failing. These are not equivalent mutants — each is a wrong
-# rule their tests would let through. An alert whose mutants all die must leave this list
-# (the test fails until it does), so the list only shrinks.
-AWAITING_EDGE_CASES = frozenset(
-    {
-        "GPUAllocatedIdle",
-        "GPUMemoryNearFull",
-        "GPUMemoryFillingUp",
-        "GPUMemoryLeaked",
-    }
-)
+# Mutants no series can tell from the rule, each with the reason; matched on the alert and the
+# start of the mutation's description, so a new mutant of the same alert still counts.
+UNDECIDABLE: dict[tuple[str, str], str] = {
+    ("GPUMemoryFillingUp", "comparison 1/2 `<` → `<=`"): (
+        "the time to full is headroom over a regression slope: no series puts it exactly on "
+        "the horizon in floating point (the case probes 1 % inside and outside it instead)"
+    ),
+}
+
+
+def undecidable(alert: str, change: str) -> bool:
+    return any(alert == a and change.startswith(prefix) for a, prefix in UNDECIDABLE)
 
 
 RuleKey = tuple[int, int]  # (group, rule) position in the rules file
@@ -426,14 +424,6 @@ def test_every_mutant_fails_its_alerts_tests(config: str, tmp_path: Path) -> Non
     }
     broken = [f"{a}: {c}: {v}" for (a, c), v in verdicts.items() if v not in (None, "survives")]
     assert not broken, "\n".join(broken)
-    survivors = sorted(key for key, v in verdicts.items() if v == "survives")
-    awaited = [(a, c) for a, c in survivors if a in AWAITING_EDGE_CASES]
-    if awaited:
-        lines = "\n".join(f"  {a}: {c}" for a, c in awaited)
-        message = f"{len(awaited)} mutants survive, awaiting edge cases ({config}):\n{lines}"
-        warnings.warn(message, stacklevel=1)
-    done = sorted((AWAITING_EDGE_CASES & set(groups)) - {a for a, _ in awaited})
-    assert not done, f"no mutant of {done} survives: remove them from AWAITING_EDGE_CASES"
-    failing = [(a, c) for a, c in survivors if a not in AWAITING_EDGE_CASES]
-    report = "\n".join(f"  {a}: {c}" for a, c in failing)
-    assert not failing, f"{len(failing)} of {len(found)} mutants survive ({config}):\n{report}"
+    survivors = sorted(k for k, v in verdicts.items() if v == "survives" and not undecidable(*k))
+    report = "\n".join(f"  {a}: {c}" for a, c in survivors)
+    assert not survivors, f"{len(survivors)} of {len(found)} mutants survive ({config}):\n{report}"
