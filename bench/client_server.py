@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Metric, start_http_server
 from prometheus_client.registry import Collector
 
-from kube_gpu_exporter.exporter.exposition.render import SnapshotCollector
+from kube_gpu_exporter.exporter.exposition.snapshot_families import SnapshotCollector
 from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 from kube_gpu_exporter.exporter.snapshot import Snapshot

@@ -1,30 +1,42 @@
-"""Snapshot → exposition bytes, once per collection cycle.
+"""Snapshot → exposition bytes: each body rendered once per snapshot, and only if wanted.
 
-Rendering is a pure function of the immutable snapshot, done on the collection thread, so a
-scrape only picks ready bytes. prometheus-client's own encoders do the formatting (text and
-OpenMetrics); this module only turns the snapshot into metric families, driven by the catalog.
+A scrape only picks ready bytes. Which bytes depends on the format its `Accept` negotiates
+(text or OpenMetrics) and on gzip; rendering every variant each cycle cost 80–95 % of a cycle
+on a 64-device node, mostly for variants nobody asked for. So the collector thread pre-renders
+only the variants scrapes asked for lately (`Demand`), before the snapshot is published; any
+other is rendered on its first request and kept for the rest of the snapshot.
+
+A body is rendered in two parts: the data (devices, attribution, `extra`), nearly all of its
+bytes, then the exporter's own families, last. The cycle's duration is read between the two,
+so `kube_gpu_exporter_collection_duration_seconds` covers reading, attributing and rendering
+(gzip included) of the very body that carries it; only those few closing lines are not in it.
+prometheus-client's encoders do the formatting; snapshot_families.py builds the families.
 """
 
 from __future__ import annotations
 
-import gzip
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+import dataclasses
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
 
 from prometheus_client import Metric as Family
 from prometheus_client.exposition import choose_encoder
 
-from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.exporter.exposition.attribution_families import attribution_families
-from kube_gpu_exporter.exporter.exposition.families import add, device_labels, family
+from kube_gpu_exporter.exporter.exposition.snapshot_families import SnapshotCollector
 from kube_gpu_exporter.exporter.exposition.text_counters import text_families
-from kube_gpu_exporter.exporter.snapshot import DeviceSample, Snapshot
+from kube_gpu_exporter.exporter.snapshot import Snapshot
 
+Encoder = Callable[..., bytes]
 GZIP_LEVEL = 6
-# Device metrics with one plain number per device, in render order.
-VALUE_METRICS = (*c.DEVICE_VALUE_METRICS, *c.PROFILING_METRICS, *c.HARDWARE_VALUE_METRICS)
-# The Accept headers of curl, Prometheus 2.x and Prometheus 3.x: rendered eagerly.
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib writes a gzip member (header and trailer)
+OPENMETRICS = "application/openmetrics-text"
+EOF_LINE = b"# EOF\n"
+# A variant asked for within this long is pre-rendered each cycle: longer than any common
+# scrape interval, so a Prometheus that scrapes every minute finds its bytes ready.
+DEMAND_SECONDS = 300.0
+# The Accept headers of curl, Prometheus 2.x and Prometheus 3.x (what tests and the bench ask).
 COMMON_ACCEPT_HEADERS = (
     "",
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
@@ -35,158 +47,127 @@ COMMON_ACCEPT_HEADERS = (
 )
 
 
-class SnapshotCollector:
-    """A prometheus-client collector over one snapshot (no global state, no `.remove()`).
+class _Families:
+    """A collector over families already built, so text and OpenMetrics share one build."""
 
-    `extra` are families built beside the snapshot once per cycle (dcgm-exporter's names with
-    `--compat.dcgm-exporter`, see dcgm_compat.py), yielded after ours.
+    def __init__(self, families: Sequence[Family]) -> None:
+        self._families = families
+
+    def collect(self) -> Sequence[Family]:
+        return self._families
+
+
+class Demand:
+    """The body variants scrapes asked for lately: the ones the collector pre-renders.
+
+    Noted on the event loop, read on the collector thread, hence the lock (uncontended: one
+    note per scrape, one read per cycle).
     """
 
-    def __init__(self, snapshot: Snapshot, extra: Sequence[Family] = ()) -> None:
-        self._snapshot = snapshot
-        self._extra = extra
+    def __init__(
+        self, keep_seconds: float = DEMAND_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._keep = keep_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._asked: dict[tuple[str, bool], tuple[Encoder, float]] = {}
 
-    def collect(self) -> Iterator[Family]:
-        yield from self._device_families(self._snapshot.node.devices)
-        if self._snapshot.attribution is not None:
-            yield from attribution_families(self._snapshot.attribution)
-        if self._snapshot.pci_gpus is not None:
-            pci = family(c.NODE_PCI_GPUS)
-            add(pci, {}, self._snapshot.pci_gpus)
-            yield pci
-        yield from self._exporter_families()
-        yield from self._extra
+    def note(self, fmt: str, gzipped: bool, encoder: Encoder) -> None:
+        with self._lock:
+            self._asked[(fmt, gzipped)] = (encoder, self._clock())
 
-    def _device_families(self, devices: tuple[DeviceSample, ...]) -> Iterator[Family]:
-        driver = self._snapshot.node.driver_version
-        labels = [device_labels(d.identity) for d in devices]
-
-        info = family(c.GPU_INFO)
-        up = family(c.GPU_UP)
-        share = family(c.SHARE)
-        for device, base in zip(devices, labels, strict=True):
-            ident = device.identity
-            extra = {
-                "model": ident.model,
-                "driver_version": driver,
-                "pci_bus_id": ident.pci_bus_id,
-                "mig_profile": ident.mig_profile,
-            }
-            add(info, base | extra, 1)
-            add(up, base, 1 if device.up else 0)
-            add(share, base, ident.share)
-        yield info
-        yield up
-        yield share
-
-        for metric in VALUE_METRICS:
-            fam = family(metric)
-            for device, base in zip(devices, labels, strict=True):
-                value = device.values.get(metric.name)
-                if value is not None:
-                    add(fam, base, value)
-            yield fam
-
-        for metric in c.HARDWARE_LABELLED_METRICS:
-            fam = family(metric)
-            for device, base in zip(devices, labels, strict=True):
-                for (name, *label_values), value in device.labelled.items():
-                    if name == metric.name:
-                        add(fam, base | dict(zip(metric.labels, label_values, strict=True)), value)
-            yield fam
-
-        processes = family(c.COMPUTE_PROCESSES)
-        for device, base in zip(devices, labels, strict=True):
-            if device.processes is not None:
-                add(processes, base, len(device.processes))
-        yield processes
-
-        events = family(c.CLOCK_EVENT_ACTIVE)
-        xids = family(c.XID_ERRORS)
-        for device, base in zip(devices, labels, strict=True):
-            if device.clock_events is not None:
-                for reason in c.CLOCK_EVENT_REASONS:
-                    add(events, base | {"reason": reason}, int(reason in device.clock_events))
-            for xid, count in sorted(device.xid_counts.items()):
-                add(xids, base | {"xid": str(xid)}, count)
-        yield events
-        yield xids
-
-    def _exporter_families(self) -> Iterator[Family]:
-        state = self._snapshot.exporter
-        values: list[tuple[c.Metric, dict[str, str], float]] = [
-            (c.BUILD_INFO, {"version": __version__}, 1),
-            (c.NVML_UP, {}, int(self._snapshot.node.nvml_up)),
-            (c.COLLECTION_DURATION, {}, state.collection_duration_seconds),
-            (c.LAST_SUCCESS, {}, state.last_success_timestamp),
-            (c.COLLECTIONS, {}, state.collections_total),
-        ]
-        for metric, labels, value in values:
-            fam = family(metric)
-            add(fam, labels, value)
-            yield fam
-        errors = family(c.COLLECTION_ERRORS)
-        for kind, count in sorted(state.errors_total.items()):
-            add(errors, {"kind": kind}, count)
-        yield errors
-        if self._snapshot.node.host_pid_namespace is not None:
-            host_pid = family(c.HOST_PID_NAMESPACE)
-            add(host_pid, {}, int(self._snapshot.node.host_pid_namespace))
-            yield host_pid
-        if state.pod_resources_up is not None:
-            for metric, value in (
-                (c.POD_RESOURCES_UP, int(state.pod_resources_up)),
-                (c.POD_RESOURCES_LAST_SUCCESS, state.pod_resources_last_success),
-            ):
-                single = family(metric)
-                add(single, {}, value)
-                yield single
-        if state.kubernetes_api_up is not None:
-            api = family(c.KUBERNETES_API_UP)
-            add(api, {}, int(state.kubernetes_api_up))
-            yield api
+    def wanted(self) -> list[tuple[str, bool, Encoder]]:
+        """(format, gzipped, encoder) of every variant asked for within `keep_seconds`."""
+        horizon = self._clock() - self._keep
+        with self._lock:
+            self._asked = {k: v for k, v in self._asked.items() if v[1] >= horizon}
+            return [(fmt, gz, encoder) for (fmt, gz), (encoder, _) in self._asked.items()]
 
 
-@dataclass
 class Rendered:
-    """A snapshot's exposition bodies, keyed by content type, plain and gzipped.
+    """One snapshot's bodies by format, plain and gzipped, each rendered at most once.
 
-    The common formats are rendered eagerly on the collection thread before the object is
-    published; after that only the event loop touches it, so a rarer Accept header is
-    rendered there once on first use and kept for the rest of the cycle, without a lock.
+    What the collector pre-renders is in place before the object is published; after that only
+    the event loop touches it, so a variant asked for the first time is rendered there and
+    kept, without a lock. `snapshot` is final once published.
     """
 
-    snapshot: Snapshot
-    extra: Sequence[Family] = ()  # built once per cycle; never changed after publishing
-    _bodies: dict[tuple[str, bool], bytes] = field(default_factory=dict)
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        extra: Sequence[Family] = (),
+        demand: Demand | None = None,
+        data: dict[str, bytes] | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.extra = extra  # built once per cycle; never changed after publishing
+        self._demand = demand
+        self._families: list[Family] | None = None
+        self._data: dict[str, bytes] = dict(data or {})  # format → data part of its body
+        self._closing: dict[str, bytes] = {}  # format → the exporter's families, last
+        self._bodies: dict[tuple[str, bool], bytes] = {}
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
         fmt = _without_escaping(content_type)
+        if self._demand is not None:
+            self._demand.note(fmt, gzipped, encoder)
         body = self._bodies.get((fmt, gzipped))
         if body is None:
-            body = self._render(encoder, fmt, gzipped)
+            compressor = _gzip() if gzipped else None
+            data = self._data_part(encoder, fmt)
+            head = compressor.compress(data) if compressor else b""
+            body = self._finish(encoder, fmt, data, compressor, head)
         return body, content_type
 
-    def _render(self, encoder: Callable[..., bytes], fmt: str, gzipped: bool) -> bytes:
-        plain = self._bodies.get((fmt, False))
-        if plain is None:
-            plain = _encode(encoder, fmt, self.snapshot, self.extra)
-        body = gzip.compress(plain, GZIP_LEVEL) if gzipped else plain
+    def rendered_variants(self) -> set[tuple[str, bool]]:
+        """(format, gzipped) of every body rendered so far."""
+        return set(self._bodies)
+
+    def with_snapshot(self, snapshot: Snapshot) -> Rendered:
+        """The same data under other exporter families (NVML stalled: `nvml_up` 0, one more
+        error): the data parts already rendered are reused, the rest is rendered on request."""
+        copy = Rendered(snapshot, self.extra, self._demand, self._data)
+        copy._families = self._families
+        return copy
+
+    def _data_part(self, encoder: Encoder, fmt: str) -> bytes:
+        data = self._data.get(fmt)
+        if data is None:
+            if self._families is None:
+                self._families = list(SnapshotCollector(self.snapshot).data_families())
+            if fmt.startswith(OPENMETRICS):
+                # One OpenMetrics exposition ends in `# EOF`: the exporter's part adds it.
+                both = _Families([*self._families, *self.extra])
+                data = encoder(both).removesuffix(EOF_LINE)
+            else:
+                data = encoder(_Families(self._families)) + text_families(encoder, self.extra)
+            self._data[fmt] = data
+        return data
+
+    def _finish(
+        self,
+        encoder: Encoder,
+        fmt: str,
+        data: bytes,
+        compressor: zlib._Compress | None,
+        head: bytes,
+    ) -> bytes:
+        exporter = self._closing.get(fmt)
+        if exporter is None:
+            families = list(SnapshotCollector(self.snapshot).exporter_families())
+            exporter = self._closing[fmt] = encoder(_Families(families))
+        plain = self._bodies.get((fmt, False)) or data + exporter
         self._bodies[(fmt, False)] = plain
-        self._bodies[(fmt, gzipped)] = body
-        return body
+        if compressor is None:
+            return plain
+        zipped = head + compressor.compress(exporter) + compressor.flush()
+        self._bodies[(fmt, True)] = zipped
+        return zipped
 
 
-def _encode(
-    encoder: Callable[..., bytes], fmt: str, snapshot: Snapshot, extra: Sequence[Family]
-) -> bytes:
-    """OpenMetrics must end in `# EOF`: ours and `extra` go through one collector. The text
-    format is ours, then `extra` by text_families, which types the compat counters that keep
-    dcgm-exporter's names without `_total` as `counter` (see text_counters.py)."""
-    if fmt.startswith("application/openmetrics-text"):
-        return encoder(SnapshotCollector(snapshot, extra))
-    return encoder(SnapshotCollector(snapshot)) + text_families(encoder, extra)
+def _gzip() -> zlib._Compress:
+    return zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_WBITS)
 
 
 def _without_escaping(content_type: str) -> str:
@@ -197,9 +178,30 @@ def _without_escaping(content_type: str) -> str:
     return "; ".join(p for p in params if not p.startswith("escaping="))
 
 
-def render(snapshot: Snapshot, extra: Sequence[Family] = ()) -> Rendered:
-    rendered = Rendered(snapshot, extra)
-    for accept in COMMON_ACCEPT_HEADERS:
-        rendered.body(accept, gzipped=False)
-        rendered.body(accept, gzipped=True)
+def render(
+    snapshot: Snapshot,
+    extra: Sequence[Family] = (),
+    *,
+    demand: Demand | None = None,
+    started: float | None = None,
+) -> Rendered:
+    """The snapshot's bodies, those `demand` wants rendered now, the rest on request.
+
+    `started`: the cycle's `time.monotonic()` at its start. The snapshot's
+    `collection_duration_seconds` then becomes the time from it until the wanted bodies are
+    rendered and compressed but for their closing exporter families, which carry that number.
+    """
+    rendered = Rendered(snapshot, extra, demand)
+    pending = []
+    for fmt, gzipped, encoder in demand.wanted() if demand is not None else ():
+        data = rendered._data_part(encoder, fmt)
+        compressor = _gzip() if gzipped else None
+        head = compressor.compress(data) if compressor else b""
+        pending.append((encoder, fmt, data, compressor, head))
+    if started is not None:
+        duration = time.monotonic() - started
+        state = dataclasses.replace(snapshot.exporter, collection_duration_seconds=duration)
+        rendered.snapshot = dataclasses.replace(snapshot, exporter=state)
+    for encoder, fmt, data, compressor, head in pending:
+        rendered._finish(encoder, fmt, data, compressor, head)
     return rendered

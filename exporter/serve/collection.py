@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
 from kube_gpu_exporter.exporter.catalog.errors import COLLECTION_ERROR_KINDS, SYSFS_ERROR_KIND
-from kube_gpu_exporter.exporter.exposition.render import Rendered, render
+from kube_gpu_exporter.exporter.exposition.render import Demand, Rendered, render
 from kube_gpu_exporter.exporter.snapshot import ExporterState, NodeSample, Snapshot
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class CollectionLoop:
             self._errors[SYSFS_ERROR_KIND] = 0
         self._collections = 0
         self._last_success = 0.0
+        self._demand = Demand()  # the body variants scrapes ask for: pre-rendered each cycle
         self.latest: Rendered | None = None
         self.ever_succeeded = False
         self._task: asyncio.Task[None] | None = None
@@ -99,7 +100,9 @@ class CollectionLoop:
             await asyncio.sleep(max(0.0, self._interval - elapsed))
 
     def cycle(self) -> Rendered:
-        """One sample → snapshot → rendered bytes. Runs on the collector thread."""
+        """One sample → snapshot → rendered bytes. Runs on the collector thread.
+
+        The duration it reports runs from here to the end of rendering (render.py)."""
         started = time.monotonic()
         node = self._sampler.sample()
         now = time.time()
@@ -116,7 +119,7 @@ class CollectionLoop:
         attributed = self._attribution.attribute(node.devices) if self._attribution else None
         errors = dict(self._errors) | (attributed.errors_total if attributed else {})
         state = ExporterState(
-            collection_duration_seconds=time.monotonic() - started,
+            collection_duration_seconds=0.0,  # filled in by render()
             last_success_timestamp=self._last_success,
             collections_total=self._collections,
             errors_total=errors,
@@ -129,4 +132,4 @@ class CollectionLoop:
             node=node, exporter=state, taken_at=now, attribution=attribution, pci_gpus=pci_gpus
         )
         extra = self._dcgm_compat.families(snapshot) if self._dcgm_compat else ()
-        return render(snapshot, extra)
+        return render(snapshot, extra, demand=self._demand, started=started)
