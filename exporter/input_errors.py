@@ -5,20 +5,47 @@ as one line with exit status 2. pyyaml's and pydantic's own messages span severa
 quote their internals; an operator needs the key (or line), what is wrong, and the value
 given, on one line — `yaml_problem` and `validation_problem` make that line for scenarios,
 thresholds and the web config.
+
+A message is also bounded: a value quoted in it is cut at `MAX_QUOTED` characters and the
+whole line at `MAX_MESSAGE`, so a 4 MiB scalar or an alias bomb (a 600-byte file that expands
+to millions of nodes) cannot turn one error into megabytes of log.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Final
 
 import yaml
 
 if TYPE_CHECKING:  # pydantic is loaded only by the files that validate with it
     from pydantic import ValidationError
 
+MAX_MESSAGE: Final = 400  # characters of one error line, before the CLI's prefix
+MAX_QUOTED: Final = 80  # characters of one value quoted in a message
+
+# Whatever str.splitlines() splits on, so "one line" holds for every reader of stderr.
+_LINE_BREAKS: Final = re.compile(r"\s*[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*")
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text` with its line breaks folded into spaces, cut to `limit` characters."""
+    text = _LINE_BREAKS.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def quoted(value: object, limit: int = MAX_QUOTED) -> str:
+    """repr(value), cut to `limit` characters: how a message shows the value it refuses."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
 
 class InputError(ValueError):
-    """A flag, file or setting the operator must fix; the message says which and why."""
+    """A flag, file or setting the operator must fix; the message says which and why, on one
+    line of at most MAX_MESSAGE characters whatever its parts were."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(one_line(str(message)))
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -38,7 +65,8 @@ def validation_problem(exc: ValidationError) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
         elif "[" not in str(part):  # a union's branch ("function-after[...]") is not a key
-            path += f".{part}" if path else str(part)
+            key = one_line(str(part), MAX_QUOTED)  # an unknown key is the file's own text
+            path += f".{key}" if path else key
     value = err.get("input")
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "missing":
@@ -48,4 +76,4 @@ def validation_problem(exc: ValidationError) -> str:
     if err["type"] == "value_error" and isinstance(value, dict):
         # A check across keys (a model validator) names the key it blames and its value itself.
         return f"{path}.{message}" if path else message
-    return f"{path or 'top level'}: {message} (got {value!r})"
+    return f"{path or 'top level'}: {message} (got {quoted(value)})"

@@ -16,12 +16,12 @@ from the alert specs (rules/alerts/), one key per alert, with each alert's own s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-import yaml
 from pydantic import Field, ValidationError
 
-from kube_gpu_exporter.exporter.input_errors import validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.input_errors import InputError, quoted, validation_problem
+from kube_gpu_exporter.exporter.input_yaml import load_yaml, parse_yaml
 from kube_gpu_exporter.rules.alerts import SPECS
 from kube_gpu_exporter.rules.settings.alert import AlertsBase, alerts_model
 from kube_gpu_exporter.rules.settings.dashboards import Cost, Dashboards
@@ -35,7 +35,7 @@ else:
     Alerts = alerts_model({spec.name: spec.settings for spec in SPECS})
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A thresholds file that cannot be used; the message is one line naming key and value."""
 
 
@@ -56,25 +56,30 @@ class Config(FrozenModel):
 
 
 def load_config(path: str | Path | None) -> Config:
-    """The config in `path`, or the defaults when no file is given."""
+    """The config in `path`, or the defaults when no file is given; the file is read by the
+    one input-file reader (size, UTF-8, depth and alias limits: input_yaml.py)."""
     if path is None:
         return Config()
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_config(text, str(path))
+        data = load_yaml(path)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    return _validated(data, str(path))
 
 
 def parse_config(text: str, source: str = "<thresholds>") -> Config:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: {yaml_problem(exc)}") from None
+        data = parse_yaml(text, source)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    return _validated(data, source)
+
+
+def _validated(data: Any, source: str) -> Config:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: top level: must be a mapping (got {data!r})")
+        raise ConfigError(f"{source}: top level: must be a mapping (got {quoted(data)})")
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -26,12 +26,12 @@ from types import MappingProxyType
 from typing import Annotated, Any, Final, Self
 
 import bcrypt
-import yaml
 from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticUseDefault
 
-from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
+from kube_gpu_exporter.exporter.input_yaml import load_yaml
 from kube_gpu_exporter.exporter.serve.middleware import BasicAuth, CheckPassword, headers_middleware
 from kube_gpu_exporter.exporter.serve.tls import (
     CIPHERS,
@@ -69,17 +69,14 @@ def load_web_config(path: str | Path) -> WebConfig:
     it is unusable."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WebConfigError(f"cannot read web config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise WebConfigError(f"web config {path}: not UTF-8 text") from None
+        # The one input-file reader: size, UTF-8, depth, aliases and duplicate keys (Go's
+        # yaml.UnmarshalStrict refuses them too), one line naming the file.
+        doc = load_yaml(path, "web config")
+    except InputError as exc:
+        raise WebConfigError(str(exc)) from None
     try:
-        doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no tags run code
         spec = WebConfigFile.model_validate(doc)
         ssl_context = spec.tls_server_config.ssl_context(path.parent)
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"web config {path}: {yaml_problem(exc)}") from None
     except ValidationError as exc:
         raise WebConfigError(f"web config {path}: {validation_problem(exc)}") from None
     except CertificateError as exc:
@@ -106,31 +103,6 @@ def web_middlewares(
     if config.basic_auth_users:
         middlewares.append(BasicAuth(config.basic_auth_users, checkpw, public_paths).middleware)
     return middlewares
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys, as Go's yaml.UnmarshalStrict does: otherwise a
-    second `basic_auth_users:` block would silently replace the first."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:  # unhashable: construct_mapping reports it
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 # --- the schema ---------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -30,7 +29,8 @@ from pydantic import (
 )
 
 from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
-from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem, yaml_problem
+from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
+from kube_gpu_exporter.exporter.input_yaml import load_yaml, parse_yaml
 from kube_gpu_exporter.exporter.readings_table import (
     CLOCK_EVENT_DURATIONS,
     CLOCK_EVENTS,
@@ -319,18 +319,23 @@ class Scenario:
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
+        """The scenario in a file, read by the one input-file reader (input_yaml.py)."""
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScenarioError(f"cannot read scenario {path}: {exc.strerror}") from None
-        return cls.parse(text, str(path))
+            data = load_yaml(path, "scenario")
+        except InputError as exc:
+            raise ScenarioError(str(exc)) from None
+        return cls._validated(data, str(path))
 
     @classmethod
     def parse(cls, text: str, source: str = "<scenario>") -> Scenario:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"{source}: {yaml_problem(exc)}") from None
+            data = parse_yaml(text, source)
+        except InputError as exc:
+            raise ScenarioError(str(exc)) from None
+        return cls._validated(data, source)
+
+    @classmethod
+    def _validated(cls, data: Any, source: str) -> Scenario:
         try:
             spec = ScenarioSpec.model_validate(data)
         except ValidationError as exc:
