@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kube_gpu_exporter.exporter.units import parse_port
+
 # The story node lives beside the simulated backend (`serve --simulate` in the image uses it too);
 # its thresholds, the defaults with shorter durations, belong to the demo.
 SCENARIO = (
@@ -59,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             f"--port.{part}",
             dest=f"port_{part}",
-            type=int,
+            type=_port,
             default=port,
             metavar="PORT",
             help=f"{part} port (default {port})",
@@ -70,11 +72,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _port(value: str) -> int:
+    try:
+        return parse_port(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from kube_gpu_exporter.demo.stack import Ports, Stack, StackSpec
     from kube_gpu_exporter.exporter.input_errors import InputError
-    from kube_gpu_exporter.rules.config import ConfigError, load_config
+    from kube_gpu_exporter.exporter.output_paths import check_output_dir
+    from kube_gpu_exporter.rules.config import load_config
 
+    if args.workdir:  # checked before anything starts; a temporary folder is always writable
+        try:
+            check_output_dir(args.workdir, "--workdir")
+        except InputError as exc:
+            print(f"kube-gpu-exporter demo: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kgx-demo-"))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -92,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             failed = _watch(stack, stop)
         print("\nstopped the exporter, the kubelet, Prometheus and Alertmanager")
         return EXIT_FAILED if failed else 0
-    except (InputError, ConfigError) as exc:
+    except InputError as exc:  # the thresholds (ConfigError), the scenario, a port taken
         print(f"kube-gpu-exporter demo: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:

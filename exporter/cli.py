@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from kube_gpu_exporter.demo import run as demo_cli
@@ -21,14 +22,21 @@ from kube_gpu_exporter.exporter import __version__, app, logs
 from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
+from kube_gpu_exporter.exporter.input_errors import one_line, quoted
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS
-from kube_gpu_exporter.exporter.units import parse_duration
+from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS
+from kube_gpu_exporter.exporter.units import parse_duration, parse_port
 
 # 9100-9999 (the Prometheus exporter range) is fully allocated; 9400 is dcgm-exporter's and
 # 9835 nvidia_gpu_exporter's. 19400 sits outside the range, clear of the kubelet's 10250-10259.
 DEFAULT_PORT = 19400
 EXIT_USAGE = 2
+MIN_INTERVAL = 0.1  # seconds: --collector.interval, --kubelet.interval
+MAX_DURATION = 86400.0  # seconds: every duration flag
+# What the server answers itself (server.py): the landing page and the kubelet's probes.
+RESERVED_PATHS = PROBE_PATHS | {"/"}
+_URL_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
 # What `--help` says above the commands.
 DESCRIPTION = """\
 Command line: flags only, in the Prometheus exporter style.
@@ -40,41 +48,67 @@ reading `kubectl logs` of a crash-looping pod should see what to fix at once.
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        # argparse quotes the value whole ("invalid choice: '<4 MiB>'"): bounded, one line.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see --help)\n")
 
 
 def listen_address(value: str) -> tuple[str, int]:
     """`host:port`, `:port` or `[v6]:port` → (host, port); an empty host means every address."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise argparse.ArgumentTypeError(f"not a listen address: {value!r} (use host:port)")
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)} (use host:port)")
+    try:
+        port = parse_port(port_text)
+    except ValueError as exc:  # out of range: say so rather than "use host:port"
+        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}: {exc}") from None
     host = host.removeprefix("[").removesuffix("]")
     if ":" in host:
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a listen address: {value!r}") from None
-    return host, int(port_text)
+            raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}") from None
+    return host, port
 
 
 def positive_duration(value: str) -> float:
+    """A duration above 0 and at most a day (a thread's wait overflows on 1e400 seconds)."""
     try:
         seconds = parse_duration(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(one_line(str(exc))) from None
     if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {value!r}")
+        raise argparse.ArgumentTypeError(f"must be positive: {quoted(value)}")
+    if seconds > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"must be at most 24h: {quoted(value)}")
+    return seconds
+
+
+def interval(value: str) -> float:
+    """How often to do something: at least 100ms (at 1ms collection took 95 % of a core)."""
+    seconds = positive_duration(value)
+    if seconds < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"must be at least 100ms: {quoted(value)}")
     return seconds
 
 
 def telemetry_path(value: str) -> str:
+    """A plain URL path the server answers with nothing else. A probe path would serve the
+    metrics without auth (probes skip it for the kubelet); `{` makes an aiohttp pattern."""
     if not value.startswith("/"):
-        raise argparse.ArgumentTypeError(f"must start with '/': {value!r}")
+        raise argparse.ArgumentTypeError(f"must start with '/': {quoted(value)}")
+    if value in RESERVED_PATHS:
+        reserved = ", ".join(sorted(RESERVED_PATHS))
+        raise argparse.ArgumentTypeError(f"{value} is the exporter's own (reserved: {reserved})")
+    if not _URL_PATH.fullmatch(value) or {".", ".."} & set(value.split("/")):
+        raise argparse.ArgumentTypeError(
+            f"not a plain URL path: {quoted(value)} (segments of letters, digits and "
+            "-._~!$&'()*+,;=:@ between single slashes)"
+        )
     return value
 
 
 def non_negative_int(value: str) -> int:
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise argparse.ArgumentTypeError(f"not a non-negative integer: {value!r}")
     return int(value)
 
@@ -96,13 +130,19 @@ def xid_codes(value: str) -> tuple[int, ...]:
 
 
 def _duration_flag(
-    group: argparse._ActionsContainer, flag: str, dest: str, default: float, help: str
+    group: argparse._ActionsContainer,
+    flag: str,
+    dest: str,
+    default: float,
+    help: str,
+    parse: Callable[[str], float] = positive_duration,
 ) -> None:
-    """A duration flag ("5s", "1m30s"); its help ends with the default, as every flag's does."""
+    """A duration flag ("5s", "1m30s"); its help ends with the default, as every flag's does.
+    `parse` is `interval` for how-often flags (at least 100ms)."""
     group.add_argument(
         flag,
         dest=dest,
-        type=positive_duration,
+        type=parse,
         default=default,
         metavar="DURATION",
         help=f"{help} (default {default:g}s)",
@@ -144,7 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="concurrent requests beyond which the server answers 503; 0 for no limit (default 40)",
     )
     _duration_flag(
-        serve, "--collector.interval", "interval", 10.0, "how often to read the GPUs, e.g. 5s"
+        serve,
+        "--collector.interval",
+        "interval",
+        10.0,
+        "how often to read the GPUs, e.g. 5s; at least 100ms",
+        parse=interval,
     )
     serve.add_argument(
         "--collector.xid-codes",
@@ -174,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubelet.interval",
         "kubelet_interval",
         10.0,
-        "how often to ask the kubelet which pod holds which device",
+        "how often to ask the kubelet which pod holds which device; at least 100ms",
+        parse=interval,
     )
     _duration_flag(
         kubelet,

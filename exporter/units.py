@@ -1,4 +1,5 @@
-"""Human-friendly sizes and durations ("80GiB", "90s") used by flags and scenario files."""
+"""Human-friendly sizes and durations ("80GiB", "90s") used by flags and scenario files, and
+the TCP port numbers the flags take."""
 
 from __future__ import annotations
 
@@ -33,3 +34,13 @@ def parse_duration(value: str) -> float:
     if not match:
         raise ValueError(f"not a duration: {value!r} (use seconds or e.g. '90s', '5m')")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_port(value: str) -> int:
+    """`19400` → 19400; a ValueError that says why otherwise ("port 99999 out of range")."""
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"not a port number: {value[:20]!r}")
+    if len(value) > 5 or int(value) > 65535:
+        shown = value if len(value) <= 12 else value[:11] + "…"
+        raise ValueError(f"port {shown} out of range 0–65535")
+    return int(value)

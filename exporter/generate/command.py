@@ -46,24 +46,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Generate (or check) the outputs; the exit status: 0 ok, 1 stale (--check), 2 bad config."""
     from kube_gpu_exporter.exporter.generate.outputs import check, planned_files, write
-    from kube_gpu_exporter.rules.config import ConfigError, load_config
+    from kube_gpu_exporter.exporter.input_errors import InputError
+    from kube_gpu_exporter.exporter.output_paths import (
+        check_output_dir,
+        check_output_file,
+        file_errors,
+    )
+    from kube_gpu_exporter.rules.config import load_config
 
     try:
         cfg = load_config(args.config)
-    except ConfigError as exc:
+        out_dir, runbooks = Path(args.out), Path(args.runbooks)
+        if not args.check:  # before rendering, so a bad path fails at once and writes nothing
+            check_output_dir(out_dir, "--out")
+            check_output_file(runbooks, "--runbooks")
+        planned = planned_files(cfg, out_dir, runbooks)
+        if args.check:
+            with file_errors("read"):
+                problems = check(planned, out_dir)
+        else:
+            with file_errors("write"):
+                write(planned, out_dir)
+            return 0
+    except InputError as exc:  # the thresholds file (ConfigError) or an output path
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    out_dir, runbooks = Path(args.out), Path(args.runbooks)
-    planned = planned_files(cfg, out_dir, runbooks)
-    if args.check:
-        problems = check(planned, out_dir)
-        for line in problems:
-            print(f"{PROG}: {line}", file=sys.stderr)
-        if problems:
-            print(f"{PROG}: generated files are stale; run `{PROG} generate`", file=sys.stderr)
-            return EXIT_STALE
-        return 0
-    write(planned, out_dir)
+    for line in problems:
+        print(f"{PROG}: {line}", file=sys.stderr)
+    if problems:
+        print(f"{PROG}: generated files are stale; run `{PROG} generate`", file=sys.stderr)
+        return EXIT_STALE
     return 0
 
 

@@ -71,6 +71,51 @@ def parse_matchers(text: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def compile_regex(name: str, value: str) -> re.Pattern[str]:
+    """The regex of `name=~"value"`, compiled now so a bad one fails the load in one line that
+    names the label (Python's re.error is not a ValueError: it escaped as a traceback)."""
+    try:
+        pattern = re.compile(value)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise ValueError(f"the regex of {name}=~ is not valid: {exc.msg}{where}") from None
+    unsupported = _not_re2(value)
+    if unsupported:
+        raise ValueError(
+            f"the regex of {name}=~ uses {unsupported}, which Prometheus' RE2 does not support"
+        )
+    return pattern
+
+
+def _not_re2(value: str) -> str | None:
+    """What Python's re accepts and RE2 refuses, so Prometheus would reject the rule: lookaround,
+    backreferences, atomic groups, possessive quantifiers. Escapes and character classes are
+    skipped, so `\\1` or `[(?=]` are not mistaken for one."""
+    i, in_class = 0, False
+    while i < len(value):
+        c, after = value[i], value[i + 1 : i + 2]
+        if c == "\\":
+            if not in_class and after in tuple("123456789"):
+                return "a backreference"
+            i += 2
+        elif in_class:
+            in_class = c != "]"
+            i += 1
+        elif c == "[":
+            in_class = True
+            i += 1 + value.startswith("^", i + 1)
+            i += value.startswith("]", i)  # a ] first in a class is a literal
+        elif value.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+            return "lookaround"
+        elif value.startswith(("(?>", "(?P="), i):
+            return "an atomic group or a backreference"
+        elif after == "+" and (c in "*+?" or (c == "}" and re.search(r"\{\d+(,\d*)?$", value[:i]))):
+            return "a possessive quantifier"
+        else:
+            i += 1
+    return None
+
+
 def selector_labels(matchers: str) -> dict[str, str]:
     """Labels that a series needs to be selected by `matchers`: the value of each `=`, the
     first alternative of each `=~` (which must be a plain word that the regex matches).
@@ -80,8 +125,9 @@ def selector_labels(matchers: str) -> dict[str, str]:
         if op == "=":
             labels[name] = value
             continue
+        pattern = compile_regex(name, value)
         first = value.split("|")[0]
-        if not re.fullmatch(r"[A-Za-z0-9_.:/-]+", first) or not re.fullmatch(value, first):
+        if not re.fullmatch(r"[A-Za-z0-9_.:/-]+", first) or not pattern.fullmatch(first):
             raise ValueError(f"the regex of {name}=~ must start with a plain alternative")
         labels[name] = first
     return labels
