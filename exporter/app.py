@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from aiohttp import web
 
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 GIL_SWITCH_SECONDS = 0.001
+# SIGTERM to exit: the DaemonSet's grace period is 15 s, and the process aims for 5 s whatever
+# NVML does. In-flight responses are pre-rendered bytes: a second drains them.
+SHUTDOWN_SECONDS = 4.5
+DRAIN_SECONDS = 1.0
 
 
 def _sampler(args: argparse.Namespace) -> Sampler:
@@ -111,10 +115,14 @@ async def _serve(
 
         # hostname None: the host name; schema: classic, 4.8.3 or 4.9 (the flag's value)
         dcgm_compat = DcgmCompat(hostname=args.node_name or None, schema=args.dcgm_compat)
-    collection = CollectionLoop(sampler, args.interval, attribution, dcgm_compat, _pci_bus(args))
+    collection = CollectionLoop(
+        sampler, args.interval, attribution, dcgm_compat, _pci_bus(args), args.stall_timeout
+    )
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
     app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=DRAIN_SECONDS
+    )
     await runner.setup()
     host, port = args.listen
     site = web.TCPSite(runner, host or None, port, ssl_context=web_config.ssl_context)
@@ -139,14 +147,44 @@ async def _serve(
     log.info("serving on %s://%s:%d%s", scheme, host or "0.0.0.0", port, args.telemetry_path)
     await stop.wait()
     log.info("shutting down")
-    await runner.cleanup()
-    await collection.stop()
-    if pod_resources is not None:
-        client, watcher = pod_resources
-        await watcher.stop()
-        await client.close()
-    if directory is not None:
-        await asyncio.get_running_loop().run_in_executor(None, directory.stop)
+    if not await _shut_down(runner, collection, pod_resources, directory):
+        _exit_now()
+
+
+async def _shut_down(
+    runner: web.AppRunner,
+    collection: CollectionLoop,
+    pod_resources: tuple[PodResourcesClient, PodResourcesWatcher] | None,
+    directory: KubeDirectory | None,
+) -> bool:
+    """Stop serving, shut NVML down and stop the watches within SHUTDOWN_SECONDS. False if
+    something did not finish (a call stuck in the driver): the caller then exits without it."""
+
+    async def steps() -> bool:
+        _, clean = await asyncio.gather(runner.cleanup(), collection.stop())
+        if pod_resources is not None:
+            client, watcher = pod_resources
+            await watcher.stop()
+            await client.close()
+        if directory is not None:
+            await asyncio.get_running_loop().run_in_executor(None, directory.stop)
+        return clean
+
+    try:
+        return await asyncio.wait_for(steps(), SHUTDOWN_SECONDS)
+    except TimeoutError:
+        log.warning("shutdown did not finish within %.0fs; exiting now", SHUTDOWN_SECONDS)
+        return False
+
+
+def _exit_now() -> NoReturn:
+    """Exit 0 at once, logs flushed. A normal exit would wait for the threads stuck in
+    NVML (the interpreter joins non-daemon ones) or run the driver library's exit handlers
+    under them; SIGTERM must end the pod within its grace period whatever NVML does."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -192,6 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
         parse=interval,
     )
     serve.add_argument(
+        "--collector.stall-timeout",
+        dest="stall_timeout",
+        type=positive_duration,
+        default=None,
+        metavar="DURATION",
+        help="a collection cycle unfinished after this long means NVML is stuck: nvml_up 0, "
+        "/readyz 503 and a stalled error until it answers, the last data still served "
+        "(default 3 intervals, at least 30s)",
+    )
+    serve.add_argument(
         "--collector.xid-codes",
         dest="xid_codes",
         type=xid_codes,

@@ -30,10 +30,14 @@ NVML_ERROR_KINDS: Final[Mapping[int, str]] = MappingProxyType(
     }
 )
 
+# A collection cycle that has not finished within --collector.stall-timeout: an NVML call
+# that does not return. Counted once per stall; NVML is reported down until the call returns.
+STALLED_ERROR_KIND: Final = "stalled"
+
 # The collection loop's own kinds: NVML could not start ("init"), a reading failed (by NVML
-# code), or a cycle raised ("other").
+# code), a cycle stalled, or a cycle raised ("other").
 COLLECTION_ERROR_KINDS: Final[tuple[str, ...]] = tuple(
-    dict.fromkeys(("init", *NVML_ERROR_KINDS.values(), "other"))
+    dict.fromkeys(("init", *NVML_ERROR_KINDS.values(), STALLED_ERROR_KIND, "other"))
 )
 
 # A failed call to the kubelet's pod-resources API, counted as `pod_resources_<kind>`.

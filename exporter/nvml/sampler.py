@@ -137,6 +137,8 @@ class NvmlSampler:
             pynvml.nvmlShutdown()
 
     def close(self) -> None:
+        """Stop the Xid thread, free the GPM samples and shut NVML down. Blocks in NVML: the
+        collection loop runs it on its own thread with a time limit (a hung driver)."""
         if self._xids is not None:
             self._xids.stop()
             self._xids = None
@@ -144,6 +146,7 @@ class NvmlSampler:
             self._initialised = False
             self._gpm.close()
             self._shutdown_quietly()
+            log.info("NVML shut down")
 
     # --- sampling ----------------------------------------------------------------------------
 
