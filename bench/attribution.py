@@ -25,9 +25,9 @@ from procs import rss_bytes
 from kube_gpu_exporter.exporter.attribution.attribute import NoPodDirectory, PodDirectory, attribute
 from kube_gpu_exporter.exporter.attribution.source import AttributionSource, DirectorySource
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS
-from kube_gpu_exporter.exporter.kubelet.client import (
+from kube_gpu_exporter.exporter.kubelet.client import PodResourcesWatcher
+from kube_gpu_exporter.exporter.kubelet.listing import (
     Listing,
-    PodResourcesWatcher,
     ResourceFilter,
     parse_allocatable,
     parse_allocations,

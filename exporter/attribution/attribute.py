@@ -27,7 +27,7 @@ from kube_gpu_exporter.exporter.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from kube_gpu_exporter.exporter.kubelet.client import Listing
+    from kube_gpu_exporter.exporter.kubelet.listing import Listing
 
 
 class PodDirectory(Protocol):

@@ -22,13 +22,11 @@ import pytest
 from kube_gpu_exporter.exporter.catalog.errors import POD_RESOURCES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubelet import generate
 from kube_gpu_exporter.exporter.kubelet.client import (
-    ContainerAllocation,
-    DraAllocation,
-    Listing,
     PodResourcesClient,
     PodResourcesError,
     PodResourcesWatcher,
 )
+from kube_gpu_exporter.exporter.kubelet.listing import ContainerAllocation, DraAllocation, Listing
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
 from kubelet_server import (
     RATE_LIMITED,

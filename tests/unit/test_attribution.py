@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 
 from kube_gpu_exporter.exporter.attribution.attribute import attribute
-from kube_gpu_exporter.exporter.kubelet.client import (
+from kube_gpu_exporter.exporter.kubelet.listing import (
     ContainerAllocation,
     DraAllocation,
     Listing,
