@@ -1,7 +1,7 @@
-"""The aiohttp middlewares a web config asks for: configured headers and bcrypt basic auth.
+"""What a web config asks of every response: configured headers and bcrypt basic auth.
 
-They apply what `web_config.load_web_config` validated; `web_config.web_middlewares` picks the
-ones a config needs and orders them.
+They apply what `web_config.load_web_config` validated; `web_config.web_middlewares` builds the
+auth middleware, and `server.build_app` places it outside the scrape bound.
 """
 
 from __future__ import annotations
@@ -11,47 +11,53 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Handler
 
-__all__ = ["BasicAuth", "CheckPassword", "headers_middleware"]
+__all__ = ["BasicAuth", "CheckPassword", "headers_hook"]
 
 CheckPassword = Callable[[bytes, bytes], bool]
 """`bcrypt.checkpw`'s signature (password, hashed); injectable so tests can count calls."""
 
-_BCRYPT_MAX_PASSWORD: Final = 72  # bcrypt only reads this many bytes; Go truncates silently
+BCRYPT_MAX_PASSWORD: Final = 72  # bcrypt reads no further; Go's bcrypt refuses longer ones
+REFUSED_CACHE_SIZE: Final = 1024  # remembered wrong (user, password) pairs
+MAX_PENDING_CHECKS: Final = 8  # distinct checks running or queued; beyond them, a quick 503
 
 
-def headers_middleware(headers: Mapping[str, str]) -> Middleware:
-    """Adds `headers` to every response, errors included, unless the handler set them."""
+def headers_hook(
+    headers: Mapping[str, str],
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """An `on_response_prepare` hook adding `headers` to every response the app sends: a
+    middleware cannot reach a response its handler has already started streaming (/metrics),
+    the hook runs inside `prepare` itself. As in exporter-toolkit the configured value is a
+    default a handler may override."""
 
-    @web.middleware
-    async def add_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
-        # As in exporter-toolkit the configured value is a default a handler may override.
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # raised 404s and the like are responses too
-            for name, value in headers.items():
-                exc.headers.setdefault(name, value)
-            raise
-        if not response.prepared:  # a streamed response has already sent its headers
-            for name, value in headers.items():
-                response.headers.setdefault(name, value)
-        return response
+    async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
+        for name, value in headers.items():
+            response.headers.setdefault(name, value)
 
     return add_headers
 
 
 class BasicAuth:
-    """HTTP basic auth against bcrypt hashes without blocking the event loop.
+    """HTTP basic auth against bcrypt hashes, which no flood of wrong passwords can turn into a
+    lockout of Prometheus.
 
-    bcrypt costs tens of milliseconds by design, and Prometheus sends the same credentials every
-    scrape, so (as exporter-toolkit does) a verified password is cached: by user, as the SHA-256
-    of the password, compared in constant time. Only successes are cached, so the cache is
-    bounded by the number of users and wrong guesses always pay for bcrypt.
+    bcrypt costs tens of milliseconds by design, so, as exporter-toolkit does, outcomes are
+    cached by user and the SHA-256 of the password (compared in constant time): successes per
+    user (Prometheus sends the same credentials every scrape), failures in a bounded LRU apart,
+    so a flood of distinct guesses evicts only other guesses. Both caches are read before any
+    lock, so a cached scraper never waits behind a bcrypt check. Checks run one at a time off
+    the event loop (exporter-toolkit's bcryptMtx: a flood costs one core, not all); requests
+    with the same credentials share one check; at most MAX_PENDING_CHECKS distinct ones run or
+    wait, and beyond them a request gets a quick 503 instead of a place in an unbounded queue.
+    This middleware runs outside the scrape bound, so none of this takes a `--web.max-requests`
+    slot. Passwords over 72 bytes never match (Go's bcrypt refuses them; ours would compare
+    their first 72 bytes).
     """
 
     def __init__(
@@ -61,8 +67,8 @@ class BasicAuth:
         self._checkpw = checkpw
         self._public_paths = public_paths
         self._verified: dict[str, bytes] = {}
-        # One check at a time, like exporter-toolkit's bcryptMtx: a flood of bad passwords then
-        # costs one core and one executor thread instead of starving the shared executor.
+        self._refused: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._checking: dict[tuple[str, bytes], asyncio.Future[bool | None]] = {}
         self._lock = asyncio.Lock()
         # Unknown users are checked against the costliest configured hash so they take as long
         # as known ones (no user enumeration by timing); they can never pass, match or not.
@@ -74,28 +80,46 @@ class BasicAuth:
         if request.path in self._public_paths:
             return await handler(request)
         credentials = _parse_basic_auth(request.headers.get(hdrs.AUTHORIZATION, ""))
-        if credentials is not None and await self._authenticate(*credentials):
+        verdict = await self._authenticate(*credentials) if credentials else False
+        if verdict:
             return await handler(request)
+        if verdict is None:
+            return web.Response(status=503, text="too many password checks in progress\n")
         return web.Response(
             status=401, text="Unauthorized\n", headers={hdrs.WWW_AUTHENTICATE: "Basic"}
         )
 
-    async def _authenticate(self, user: str, password: bytes) -> bool:
+    async def _authenticate(self, user: str, password: bytes) -> bool | None:
+        """True or False; None when too many checks are already waiting."""
+        if len(password) > BCRYPT_MAX_PASSWORD:
+            return False
         digest = hashlib.sha256(password).digest()
-        if self._is_cached(user, digest):
-            return True
-        async with self._lock:
-            if self._is_cached(user, digest):  # a concurrent request just verified it
-                return True
-            hashed = self._users.get(user)
-            loop = asyncio.get_running_loop()
-            matched = await loop.run_in_executor(
-                None, self._check, password[:_BCRYPT_MAX_PASSWORD], hashed or self._decoy
-            )
-            if matched and hashed is not None:
-                self._verified[user] = digest
-                return True
-        return False
+        cached = self._cached(user, digest)
+        if cached is not None:
+            return cached
+        key = (user, digest)
+        running = self._checking.get(key)
+        if running is not None:  # the same credentials are being checked: share that check
+            return await asyncio.shield(running)
+        if len(self._checking) >= MAX_PENDING_CHECKS:
+            return None
+        loop = asyncio.get_running_loop()
+        verdict: asyncio.Future[bool | None] = loop.create_future()
+        self._checking[key] = verdict
+        try:
+            async with self._lock:
+                hashed = self._users.get(user)
+                matched = await loop.run_in_executor(
+                    None, self._check, password, hashed or self._decoy
+                )
+            matched = matched and hashed is not None
+            self._remember(user, digest, matched)
+            verdict.set_result(matched)
+            return matched
+        finally:
+            if not verdict.done():  # cancelled: those sharing it may ask again
+                verdict.set_result(None)
+            del self._checking[key]
 
     def _check(self, password: bytes, hashed: bytes) -> bool:
         try:
@@ -103,9 +127,23 @@ class BasicAuth:
         except ValueError:  # hashes are validated at load; a checker may still refuse input
             return False
 
-    def _is_cached(self, user: str, digest: bytes) -> bool:
+    def _cached(self, user: str, digest: bytes) -> bool | None:
         known = self._verified.get(user)
-        return known is not None and hmac.compare_digest(known, digest)
+        if known is not None and hmac.compare_digest(known, digest):
+            return True
+        key = (user, digest)
+        if key in self._refused:
+            self._refused.move_to_end(key)
+            return False
+        return None
+
+    def _remember(self, user: str, digest: bytes, matched: bool) -> None:
+        if matched:
+            self._verified[user] = digest
+            return
+        self._refused[(user, digest)] = None
+        while len(self._refused) > REFUSED_CACHE_SIZE:
+            self._refused.popitem(last=False)
 
 
 def _parse_basic_auth(header: str) -> tuple[str, bytes] | None:

@@ -7,14 +7,15 @@ so a scrape costs the same whatever the GPUs are doing.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.exposition.families import device_labels
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
+from kube_gpu_exporter.exporter.serve.middleware import headers_hook
 
 LOOP_KEY = web.AppKey("collection", CollectionLoop)
 
@@ -25,10 +26,13 @@ PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 def concurrency_limit(limit: int) -> Middleware:
     """Bound concurrent requests (exporter-toolkit's --web.max-requests); 503 beyond it.
 
-    A slot is held for the whole request: a basic-auth check (tens of milliseconds of bcrypt)
-    and, for /metrics, the writing of the body. A flood of bad passwords or stuck clients thus
-    answers 503 quickly instead of queueing without bound. Probes are never refused, so a
-    flood cannot make the kubelet restart a healthy exporter.
+    A slot is held until the response's last byte is in the kernel: `metrics` writes and
+    drains inside its handler, and the connection pauses the writer while anything is unsent
+    (connection.py). Clients that never read thus hold their slots and the rest get fast 503s,
+    instead of unread bodies piling up in memory. This is the innermost middleware: basic auth
+    runs outside it, so bcrypt work and wrong passwords never take a slot from a scraper with
+    good credentials. Probes are never refused, so a flood cannot make the kubelet restart a
+    healthy exporter.
     """
     in_flight = 0
 
@@ -48,20 +52,47 @@ def concurrency_limit(limit: int) -> Middleware:
     return middleware
 
 
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether `Accept-Encoding` admits gzip, q-values honoured (RFC 9110 §12.5.3): an explicit
+    `gzip` (or `x-gzip`) entry decides, else `*`; q=0 means "not acceptable"."""
+    explicit: float | None = None
+    wildcard: float | None = None
+    for entry in accept_encoding.split(","):
+        coding, *params = (part.strip() for part in entry.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0  # unreadable: not a preference we may assume
+        coding = coding.lower()
+        if coding in ("gzip", "x-gzip"):
+            explicit = quality if explicit is None else max(explicit, quality)
+        elif coding == "*":
+            wildcard = quality
+    chosen = explicit if explicit is not None else wildcard
+    return chosen is not None and chosen > 0
+
+
 async def metrics(request: web.Request) -> web.StreamResponse:
-    """The latest rendered snapshot, written inside the handler so its slot covers the write."""
+    """The latest rendered snapshot, written and drained inside the handler so that its
+    concurrency slot covers the write until the kernel has every byte. HEAD gets the headers
+    GET would (Content-Length included) and no body."""
     latest = request.app[LOOP_KEY].latest
     if latest is None:
         return web.Response(status=503, text="no collection has completed yet\n")
-    gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
-    body, content_type = latest.body(request.headers.get("Accept", ""), gzipped)
-    response = web.StreamResponse(headers={"Content-Type": content_type})
+    gzipped = accepts_gzip(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
+    body, content_type = latest.body(request.headers.get(hdrs.ACCEPT, ""), gzipped)
+    # The body depends on Accept-Encoding, so caches must key on it.
+    headers = {hdrs.CONTENT_TYPE: content_type, hdrs.VARY: hdrs.ACCEPT_ENCODING}
     if gzipped:
-        response.headers["Content-Encoding"] = "gzip"
-    response.content_length = len(body)
+        headers[hdrs.CONTENT_ENCODING] = "gzip"
+    response = web.Response(body=body, headers=headers)
     await response.prepare(request)
-    await response.write(body)
-    await response.write_eof()
+    await response.write_eof()  # aiohttp's Response leaves the body out for HEAD
+    await request.writer.drain()  # returns once nothing is left unsent (see connection.py)
     return response
 
 
@@ -124,11 +155,17 @@ def build_app(
     telemetry_path: str = "/metrics",
     max_requests: int = 40,
     middlewares: Iterable[Middleware] = (),
+    headers: Mapping[str, str] | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[concurrency_limit(max_requests), *middlewares])
+    """The app. `middlewares` (basic auth) run outside the concurrency bound; `headers` (the
+    web config's) go on every response the app prepares, /metrics' streamed one and the
+    middlewares' 401 and 503 included."""
+    app = web.Application(middlewares=[*middlewares, concurrency_limit(max_requests)])
+    if headers:
+        app.on_response_prepare.append(headers_hook(headers))
     app[LOOP_KEY] = loop
     app[PATH_KEY] = telemetry_path
-    app.router.add_get(telemetry_path, metrics)
+    app.router.add_get(telemetry_path, metrics)  # HEAD too
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if telemetry_path != "/":

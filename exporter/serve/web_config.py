@@ -32,7 +32,7 @@ from pydantic_core import PydanticUseDefault
 
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
 from kube_gpu_exporter.exporter.input_yaml import load_yaml
-from kube_gpu_exporter.exporter.serve.middleware import BasicAuth, CheckPassword, headers_middleware
+from kube_gpu_exporter.exporter.serve.middleware import BasicAuth, CheckPassword
 from kube_gpu_exporter.exporter.serve.tls import (
     CIPHERS,
     CLIENT_AUTH,
@@ -94,12 +94,10 @@ def web_middlewares(
     checkpw: CheckPassword = bcrypt.checkpw,
     public_paths: frozenset[str] = frozenset(),
 ) -> list[Middleware]:
-    """The aiohttp middlewares that apply `config`: headers first (outermost, so 401s get them
-    too, as in exporter-toolkit), then basic auth on every path but `public_paths` when users
-    are configured (the kubelet's probes carry no credentials)."""
+    """The middleware that applies `config`'s basic auth, on every path but `public_paths`
+    (the kubelet's probes carry no credentials); none without users. The configured headers
+    are not a middleware: `server.build_app` adds them as the response is prepared."""
     middlewares: list[Middleware] = []
-    if config.headers:
-        middlewares.append(headers_middleware(config.headers))
     if config.basic_auth_users:
         middlewares.append(BasicAuth(config.basic_auth_users, checkpw, public_paths).middleware)
     return middlewares
@@ -129,6 +127,9 @@ _HEADERS: Final[Mapping[str, tuple[str, ...]]] = {
     "X-XSS-Protection": (),
     "Content-Security-Policy": (),
 }
+
+# Not in an HTTP field value (RFC 9110 §5.5): C0 controls but tab, and DEL.
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 # What Go's bcrypt.Cost accepts: version 2a/2b/2y, cost 04..31, 22 chars salt + 31 chars hash.
 _BCRYPT_HASH: Final = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
@@ -311,6 +312,8 @@ class HttpServerConfig(_Model):
                 )
             if not isinstance(value, str):
                 raise ValueError(f"headers.{name}: expected a string, got {_kind(value)}")
+            if _CONTROL.search(value):  # a CR or LF would end the header and forge the next
+                raise ValueError(f"headers.{name}: control character in value {value!r}")
             if _HEADERS[known] and value not in _HEADERS[known]:
                 allowed = ", ".join(_HEADERS[known])
                 raise ValueError(

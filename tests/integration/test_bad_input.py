@@ -1,5 +1,5 @@
-"""Issue 13's bad inputs, each once: every one ends in one line of at most 500 characters and
-exit status 2, never a traceback (each used to be one, exit 1). The CLI runs in-process
+"""Bad inputs that each used to end in a traceback (exit 1), once each: every one now ends in
+one line of at most 500 characters and exit status 2. The CLI runs in-process
 (inprocess_cli.py); test_cli.py runs it as a process."""
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import ssl
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ import bcrypt
 import pytest
 from aiohttp import web
 
+from kube_gpu_exporter.exporter.serve import middleware
+from kube_gpu_exporter.exporter.serve.middleware import MAX_PENDING_CHECKS, headers_hook
 from kube_gpu_exporter.exporter.serve.web_config import (
     WebConfig,
     WebConfigError,
@@ -170,6 +173,8 @@ async def serve(config: WebConfig, checkpw: CountingCheckpw | None = None) -> As
 
     middlewares = web_middlewares(config, checkpw=checkpw or bcrypt.checkpw)
     app = web.Application(middlewares=middlewares)
+    if config.headers:  # as server.build_app adds them
+        app.on_response_prepare.append(headers_hook(config.headers))
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/tls", tls)
     runner = web.AppRunner(app)
@@ -380,6 +385,94 @@ async def test_concurrent_scrapes_share_one_bcrypt_check(tmp_path: Path) -> None
     assert checkpw.calls == 1
 
 
+class BlockingCheckpw(CountingCheckpw):
+    """A bcrypt that never finishes a wrong password's check until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def __call__(self, password: bytes, hashed: bytes) -> bool:
+        if password != ALICE_PASSWORD.encode():
+            self.release.wait(30)
+        return super().__call__(password, hashed)
+
+
+async def test_failed_checks_are_cached_apart_from_successes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As exporter-toolkit: a repeated wrong password costs one bcrypt check. The cache of
+    failures is bounded, and evicting from it never evicts a verified password."""
+    monkeypatch.setattr(middleware, "REFUSED_CACHE_SIZE", 2)
+    config = load_web_config(write_config(tmp_path, AUTH_CONFIG))
+    checkpw = CountingCheckpw()
+    async with serve(config, checkpw) as url:
+        metrics = f"{url}/metrics"
+        assert (await get(metrics, auth=basic("alice", ALICE_PASSWORD)))[0] == 200
+        for _ in range(3):
+            assert (await get(metrics, auth=basic("alice", "wrong")))[0] == 401
+            assert (await get(metrics, auth=basic("mallory", "guess")))[0] == 401
+        assert checkpw.calls == 3
+        # Two more failures push ("alice", "wrong") out of the two-entry cache.
+        assert (await get(metrics, auth=basic("alice", "w2")))[0] == 401
+        assert (await get(metrics, auth=basic("alice", "w3")))[0] == 401
+        assert (await get(metrics, auth=basic("alice", "wrong")))[0] == 401
+        assert checkpw.calls == 6
+        assert (await get(metrics, auth=basic("alice", ALICE_PASSWORD)))[0] == 200
+        assert checkpw.calls == 6
+
+
+async def test_pending_checks_are_bounded_and_cached_scrapers_never_wait(tmp_path: Path) -> None:
+    """While bcrypt is stuck on wrong passwords, requests beyond MAX_PENDING_CHECKS distinct
+    checks get a quick 503, the same wrong password shares its check, and a scraper whose
+    password is cached gets 200 at once: the caches are read before the lock."""
+    config = load_web_config(write_config(tmp_path, AUTH_CONFIG))
+    checkpw = BlockingCheckpw()
+    good = basic("alice", ALICE_PASSWORD)
+    extra = 4
+    async with serve(config, checkpw) as url:
+        metrics = f"{url}/metrics"
+        assert (await get(metrics, auth=good))[0] == 200
+        guesses = [
+            asyncio.create_task(get(metrics, auth=basic("alice", f"guess-{i}")))
+            for i in range(MAX_PENDING_CHECKS)
+        ]
+        for _ in range(200):  # until every guess holds its place (one check runs, 7 wait)
+            await asyncio.sleep(0.05)
+            if checkpw.calls == 2:
+                break
+        repeats = [
+            asyncio.create_task(get(metrics, auth=basic("alice", "guess-0"))) for _ in range(3)
+        ]
+        refused = await asyncio.gather(
+            *(get(metrics, auth=basic("alice", f"more-{i}")) for i in range(extra))
+        )
+        assert [status for status, _, _ in refused] == [503] * extra
+        assert not any(task.done() for task in guesses + repeats)
+        assert (await get(metrics, auth=good))[0] == 200
+        checkpw.release.set()
+        answered = await asyncio.gather(*guesses, *repeats)
+    assert [status for status, _, _ in answered] == [401] * (MAX_PENDING_CHECKS + 3)
+    assert checkpw.calls == 1 + MAX_PENDING_CHECKS  # the repeats shared guess-0's check
+
+
+async def test_passwords_over_72_bytes_never_match(tmp_path: Path) -> None:
+    """bcrypt reads 72 bytes of a password; Go's bcrypt refuses longer ones, so one that only
+    matches on its first 72 bytes must not pass. The config cannot say how long a password is
+    (it holds only the hash of its first 72 bytes), so this is refused per request, without
+    running bcrypt, rather than at load."""
+    password = "p" * 72
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()
+    config = load_web_config(write_config(tmp_path, f"basic_auth_users:\n  carol: '{hashed}'\n"))
+    checkpw = CountingCheckpw()
+    async with serve(config, checkpw) as url:
+        metrics = f"{url}/metrics"
+        assert (await get(metrics, auth=basic("carol", password)))[0] == 200
+        assert (await get(metrics, auth=basic("carol", password + "x")))[0] == 401
+        assert (await get(metrics, auth=basic("carol", password + "p" * 100)))[0] == 401
+    assert checkpw.calls == 1
+
+
 @pytest.mark.parametrize(
     "authorization",
     ["Bearer abc", "Basic !!!notbase64", "Basic bm9jb2xvbg==", "Basic", "Basic //7/:x"],
@@ -558,6 +651,17 @@ ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "header not allowed": (
         "http_server_config:\n  headers:\n    X-Powered-By: python\n",
         ("http_server_config.headers: header 'X-Powered-By' cannot be configured",),
+    ),
+    "header value with CRLF": (
+        'http_server_config:\n  headers:\n    Content-Security-Policy: "a\\r\\nSet-Cookie: x"\n',
+        (
+            "http_server_config.headers.Content-Security-Policy: control character in value "
+            "'a\\r\\nSet-Cookie: x'",
+        ),
+    ),
+    "header value with a NUL": (
+        'http_server_config:\n  headers:\n    Strict-Transport-Security: "max-age=1\\0"\n',
+        ("http_server_config.headers.Strict-Transport-Security: control character",),
     ),
     "header value not allowed": (
         "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",

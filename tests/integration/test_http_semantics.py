@@ -1,0 +1,208 @@
+"""What the exporter says on the wire: HEAD, configured headers, Vary and Accept-Encoding
+q-values, and plain HTTP on a TLS port, against the real process over bare sockets."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import socket
+import ssl
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+from raw_http import Reader, closed_by_peer, connect, request
+
+from kube_gpu_exporter.exporter.serve.server import accepts_gzip
+from support import exporter_command, free_port, run_exporter, wait_until
+
+DEMO = str(Path(__file__).parents[2] / "exporter" / "simulated" / "scenarios" / "demo.yaml")
+HEADERS_CONFIG = """\
+http_server_config:
+  headers:
+    X-Frame-Options: deny
+    X-Content-Type-Options: nosniff
+    Content-Security-Policy: "default-src 'none'"
+"""
+CONFIGURED = {
+    "x-frame-options": "deny",
+    "x-content-type-options": "nosniff",
+    "content-security-policy": "default-src 'none'",
+}
+GO_PLAIN_HTTP_ON_TLS = (
+    b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
+
+
+def test_head_answers_headers_only_and_keeps_the_connection_in_sync(tmp_path: Path) -> None:
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        for encoding in ("identity", "gzip"):
+            headers = {"Accept-Encoding": encoding}
+            # HEAD then GET, pipelined on one keep-alive connection.
+            sock.sendall(request("HEAD", "/metrics", headers) + request("GET", "/metrics", headers))
+            head = reader.response(head_request=True)
+            get = reader.response()
+            assert (head.status, get.status) == (200, 200)
+            assert head.body == b""
+            assert int(head.headers["content-length"]) == len(get.body) > 0
+            assert head.headers["content-type"] == get.headers["content-type"]
+            body = gzip.decompress(get.body) if encoding == "gzip" else get.body
+            assert b"nvidia_gpu_info" in body
+        # Still in sync: a third request on the same connection gets its own answer.
+        sock.sendall(request("GET", "/healthz"))
+        assert reader.response().body == b"ok\n"
+        assert reader.buffer == b""
+
+
+def test_configured_headers_are_on_every_response(tmp_path: Path) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text(HEADERS_CONFIG)
+    with run_exporter(["--simulate", DEMO, f"--web.config.file={config}"], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        for method, path in [
+            ("GET", "/metrics"),
+            ("HEAD", "/metrics"),
+            ("GET", "/healthz"),
+            ("GET", "/readyz"),
+            ("GET", "/"),
+            ("GET", "/no-such-page"),
+        ]:
+            sock.sendall(request(method, path))
+            response = reader.response(head_request=method == "HEAD")
+            for name, value in CONFIGURED.items():
+                assert response.headers.get(name) == value, (method, path, response.headers)
+
+
+def test_vary_and_accept_encoding_q_values(tmp_path: Path) -> None:
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        for accept_encoding, gzipped in [
+            ("gzip", True),
+            ("gzip;q=0", False),
+            ("gzip; q=0.0, identity", False),
+            ("br, gzip;q=0.5", True),
+            ("*", True),
+            ("*;q=0", False),
+            ("", False),
+        ]:
+            sock.sendall(request("GET", "/metrics", {"Accept-Encoding": accept_encoding}))
+            response = reader.response()
+            assert response.headers["vary"] == "Accept-Encoding"
+            assert (response.headers.get("content-encoding") == "gzip") is gzipped, accept_encoding
+            body = gzip.decompress(response.body) if gzipped else response.body
+            assert body.startswith(b"# HELP")
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("gzip", True),
+        ("GZIP", True),
+        ("x-gzip", True),
+        ("deflate, gzip;q=1.0", True),
+        ("gzip;q=0", False),
+        ("gzip;q=0.000", False),
+        ("gzip;q=oops", False),
+        ("*;q=0.1", True),
+        ("*, gzip;q=0", False),
+        ("gzip;q=0, *", False),
+        ("identity", False),
+        ("", False),
+    ],
+)
+def test_accepts_gzip(header: str, expected: bool) -> None:
+    assert accepts_gzip(header) is expected
+
+
+def test_control_characters_in_a_configured_header_are_refused_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text(
+        'http_server_config:\n  headers:\n    Content-Security-Policy: "a\\r\\nSet-Cookie: x=1"\n'
+    )
+    result = subprocess.run(
+        exporter_command("serve", "--simulate", DEMO, f"--web.config.file={config}"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "headers.Content-Security-Policy: control character" in lines[0]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext",
+         "subjectAltName=IP:127.0.0.1", "-keyout", "server.key", "-out", "server.crt"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "server.crt", folder / "server.key"
+
+
+def test_plain_http_on_the_tls_port_gets_go_s_400(
+    tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    config = tmp_path / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    port = free_port()
+    client = ssl.create_default_context(cafile=str(cert))
+    command = exporter_command(
+        "serve", f"--web.listen-address=127.0.0.1:{port}", "--simulate", DEMO,
+        f"--web.config.file={config}",
+    )  # fmt: skip
+    log = tmp_path / "exporter.log"
+    with log.open("w") as out, subprocess.Popen(command, stdout=out, stderr=out) as proc:
+        try:
+            wait_until(
+                lambda: proc.poll() is not None or https_status(port, client) == 200,
+                what="the exporter to answer over TLS",
+            )
+            assert proc.poll() is None, log.read_text()
+            check_tls_port(port, client)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+    assert "Traceback" not in log.read_text()
+
+
+def https_status(port: int, context: ssl.SSLContext) -> int:
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/readyz", context=context, timeout=5
+        ) as response:
+            return int(response.status)
+    except OSError:
+        return 0
+
+
+def check_tls_port(port: int, client: ssl.SSLContext) -> None:
+    for plain in (request("GET", "/metrics"), request("HEAD", "/"), request("POST", "/")):
+        sock = connect(port)
+        sock.sendall(plain)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+        assert answer == GO_PLAIN_HTTP_ON_TLS
+    # TLS on the same port still works, keep-alive included.
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        client.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        reader = Reader(tls)
+        for _ in range(2):
+            tls.sendall(request("GET", "/healthz"))
+            assert reader.response().body == b"ok\n"
+    # A client that opens and says nothing is closed after the read-header timeout.
+    assert closed_by_peer(connect(port), 60)
