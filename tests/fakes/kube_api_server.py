@@ -1,9 +1,12 @@
 """A Kubernetes API server for tests: pods list and watch over real HTTP, with fault hooks.
 
-It answers `GET /api/v1/pods` and `GET /apis/resource.k8s.io/<version>/resourceslices` as
-kube-apiserver does for the calls the exporter makes:
-- a list (`fieldSelector=spec.nodeName=<node>[,spec.driver=<driver>]`) → a list with
-  `metadata.resourceVersion`;
+It answers `GET /api/v1/pods`, `/api/v1/nodes`, `/api/v1/resourcequotas` (also under
+`/api/v1/namespaces/<ns>/`, where `pods/<name>` reads one pod) and
+`GET /apis/resource.k8s.io/<version>/resourceslices` as kube-apiserver does for the calls
+the exporter makes:
+- a list (`fieldSelector=spec.nodeName=<node>[,spec.driver=<driver>]`, or
+  `status.phase!=<phase>,…`) → a list with `metadata.resourceVersion`, in pages of `limit`
+  items with a `continue` token when a limit is given;
 - a watch (`watch=true&resourceVersion=N`) → a chunked stream of newline-delimited events
   (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) from N on, ended after `timeoutSeconds` (with a
   bookmark first when `allowWatchBookmarks=true`), by `end_watches()`, or when the client goes;
@@ -11,7 +14,8 @@ kube-apiserver does for the calls the exporter makes:
   in a 200 stream (what the watch cache does) or as an HTTP 410 Status (the other form clients
   meet), chosen by `expire(form)`.
 
-Hooks change objects while watches are open (`put`, `delete`, `put_slice`, `delete_slice`; with
+Hooks change objects while watches are open (`put`, `delete`, `put_slice`, `delete_slice`,
+`put_node`, `delete_node`, `put_quota`, `delete_quota`; with
 `notify=False` the change is only seen by a relist, as if its event had been compacted away),
 answer the next pod requests with an error status (`fail`), or hold the next requests longer
 than a client's timeout (`stall`). `slice_versions` names the resource.k8s.io versions served
@@ -21,6 +25,7 @@ than a client's timeout (`stall`). `slice_versions` names the resource.k8s.io ve
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -36,8 +41,15 @@ from urllib.parse import parse_qs, urlsplit
 NODE = "node-a"
 PODS = "pods"
 SLICES = "resourceslices"
+NODES = "nodes"
+QUOTAS = "resourcequotas"
 PODS_PATH = "/api/v1/pods"
 SLICES_PATH = "/apis/resource.k8s.io/{version}/resourceslices"
+NODES_PATH = "/api/v1/nodes"
+QUOTAS_PATH = "/api/v1/resourcequotas"
+# /api/v1/namespaces/<ns>/<resource>[/<name>]: a namespace's list, or one object
+NAMESPACED_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/(pods|resourcequotas)(?:/([^/]+))?")
+KINDS = {PODS: "Pod", SLICES: "ResourceSlice", NODES: "Node", QUOTAS: "ResourceQuota"}
 
 
 @dataclass(frozen=True)
@@ -161,14 +173,20 @@ def status_object(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-REASONS = {410: "Expired", 500: "InternalError", 503: "ServiceUnavailable", 429: "TooManyRequests"}
+REASONS = {
+    404: "NotFound",
+    410: "Expired",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    429: "TooManyRequests",
+}
 
 
 class KubeApiServer:
     """The server, on 127.0.0.1 and a free port, serving from its own threads."""
 
     def __init__(self, slice_versions: tuple[str, ...] = ("v1",)) -> None:
-        self._paths = {PODS_PATH: PODS} | {
+        self._paths = {PODS_PATH: PODS, NODES_PATH: NODES, QUOTAS_PATH: QUOTAS} | {
             SLICES_PATH.format(version=v): SLICES for v in slice_versions
         }
         self._cond = threading.Condition()
@@ -176,7 +194,7 @@ class KubeApiServer:
         self._version = 100
         self._oldest = 0  # watches from an older resourceVersion get 410
         self._gone_form: Literal["event", "http"] = "event"
-        self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {PODS: {}, SLICES: {}}
+        self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in KINDS}
         self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # version, resource, …
         self._ends = 0  # bumped by end_watches()
         self._expiries = 0  # bumped by expire()
@@ -226,6 +244,18 @@ class KubeApiServer:
 
     def delete_slice(self, name: str, notify: bool = True) -> None:
         self._delete(SLICES, ("", name), notify)
+
+    def put_node(self, node: dict[str, Any], notify: bool = True) -> int:
+        return self._put(NODES, node, notify)
+
+    def delete_node(self, name: str, notify: bool = True) -> None:
+        self._delete(NODES, ("", name), notify)
+
+    def put_quota(self, quota: dict[str, Any], notify: bool = True) -> int:
+        return self._put(QUOTAS, quota, notify)
+
+    def delete_quota(self, namespace: str, name: str, notify: bool = True) -> None:
+        self._delete(QUOTAS, (namespace, name), notify)
 
     def _put(self, resource: str, obj: dict[str, Any], notify: bool) -> int:
         meta = obj["metadata"]
@@ -309,13 +339,16 @@ class KubeApiServer:
 
 
 def _selected(obj: Mapping[str, Any], selector: str) -> bool:
-    """`field=value[,field=value]` over `spec.nodeName` and `spec.driver`, all the exporter
-    sends; anything else is a bug in the exporter."""
+    """`field=value[,field!=value]` over `spec.nodeName`, `spec.driver` and `status.phase`,
+    all the exporter sends; anything else is a bug in the exporter."""
     for term in filter(None, selector.split(",")):
         field, _, value = term.partition("=")
-        if field not in ("spec.nodeName", "spec.driver"):
+        negated = field.endswith("!")
+        field = field.removesuffix("!")
+        if field not in ("spec.nodeName", "spec.driver", "status.phase"):
             raise ValueError(f"unsupported field selector {selector!r}")
-        if obj.get("spec", {}).get(field.removeprefix("spec.")) != value:
+        section, _, name = field.partition(".")
+        if (obj.get(section, {}).get(name) == value) == negated:
             return False
     return True
 
@@ -333,6 +366,9 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         watch = params.get("watch") in ("true", "1")
         resource = api._paths.get(url.path)
+        namespaced = NAMESPACED_PATH.fullmatch(url.path)
+        if namespaced is not None and not watch:
+            resource = namespaced[2]
         with api._cond:
             stall = api._stall.pop(0) if api._stall else 0.0
             code = api._fail.pop(0) if api._fail and resource == PODS else 0
@@ -352,8 +388,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._status(410, f"too old resource version: {params.get('resourceVersion')}")
             elif watch:
                 self._watch(str(resource), params)
+            elif namespaced is not None and namespaced[3]:
+                self._get(str(resource), namespaced[1], namespaced[3])
             else:
-                self._list(str(resource), params)
+                self._list(str(resource), params, namespaced[1] if namespaced else None)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -373,20 +411,38 @@ class _Handler(BaseHTTPRequestHandler):
     def _status(self, code: int, message: str) -> None:
         self._send_json(code, status_object(code, REASONS.get(code, "Unknown"), message))
 
-    def _list(self, resource: str, params: Mapping[str, str]) -> None:
+    def _list(self, resource: str, params: Mapping[str, str], namespace: str | None) -> None:
         selector = params.get("fieldSelector", "")
         with self.api._cond:
-            items = [o for o in self.api._objects[resource].values() if _selected(o, selector)]
+            items = [
+                o
+                for (ns, _), o in self.api._objects[resource].items()
+                if _selected(o, selector) and namespace in (None, ns)
+            ]
             version = self.api._version
+        metadata = {"resourceVersion": str(version)}
+        limit, start = int(params.get("limit") or 0), int(params.get("continue") or 0)
+        if limit:
+            items, rest = items[start : start + limit], items[start + limit :]
+            if rest:
+                metadata["continue"] = str(start + limit)
         self._send_json(
             200,
             {
-                "kind": "PodList" if resource == PODS else "ResourceSliceList",
+                "kind": KINDS[resource] + "List",
                 "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(version)},
+                "metadata": metadata,
                 "items": items,
             },
         )
+
+    def _get(self, resource: str, namespace: str, name: str) -> None:
+        with self.api._cond:
+            obj = self.api._objects[resource].get((namespace, name))
+        if obj is None:
+            self._status(404, f'{resource} "{name}" not found')
+        else:
+            self._send_json(200, obj)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -434,8 +490,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
             if bookmarks and not api._closed.is_set() and not self._client_gone():
                 current = {"resourceVersion": str(api.version)}
-                kind = "Pod" if resource == PODS else "ResourceSlice"
-                self._event("BOOKMARK", {"kind": kind, "metadata": current})
+                self._event("BOOKMARK", {"kind": KINDS[resource], "metadata": current})
             self._chunk(b"")  # the terminating zero-length chunk
         finally:
             with api._cond:
