@@ -1,0 +1,128 @@
+"""Defensive readers of the API's JSON: every field may be missing or of the wrong type.
+
+An object from the API server is well-formed, but a manifest given to `explain -f` is
+whatever a person wrote, and a watch must survive one odd object among fifty thousand. Each
+reader returns a safe empty value for what it cannot read instead of raising.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Final
+
+from kube_gpu_exporter.exporter.cluster.objects import (
+    NO_LABELS,
+    Requirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+MAX_ITEMS: Final = 1000  # entries read of one list (taints, tolerations, terms, containers)
+
+
+def is_mapping(value: Any) -> bool:
+    """isinstance(value, Mapping), with JSON's dict checked first: the ABC check is slow, and
+    a watch asks it a few dozen times per pod."""
+    return isinstance(value, (dict, Mapping))
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    return value if is_mapping(value) else _EMPTY
+
+
+def entries(value: Any) -> list[Mapping[str, Any]]:
+    """The mappings of a list (others skipped), at most MAX_ITEMS of them."""
+    if not isinstance(value, list):
+        return []
+    return [item for item in value[:MAX_ITEMS] if is_mapping(item)]
+
+
+def text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def interned(value: Any) -> str:
+    """A string that repeats across objects (phases, label keys, reasons), stored once."""
+    return sys.intern(value) if isinstance(value, str) else ""
+
+
+def timestamp(value: Any) -> float | None:
+    """An RFC 3339 time ("2024-05-01T10:00:00Z") → Unix seconds; None if it is not one."""
+    if not isinstance(value, str) or not 10 <= len(value) <= 40:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def string_map(value: Any) -> Mapping[str, str]:
+    """Labels or a node selector: string keys to string values, anything else left out."""
+    if not is_mapping(value) or not value:
+        return NO_LABELS
+    return MappingProxyType(
+        {sys.intern(k): v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+    )
+
+
+def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The status condition of type `kind`, or an empty mapping."""
+    return next((c for c in entries(status.get("conditions")) if c.get("type") == kind), _EMPTY)
+
+
+def taints(value: Any) -> tuple[Taint, ...]:
+    return tuple(
+        Taint(interned(t["key"]), text(t.get("value")), interned(t.get("effect")))
+        for t in entries(value)
+        if isinstance(t.get("key"), str)
+    )
+
+
+def tolerations(value: Any) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            key=interned(t.get("key")),
+            operator=interned(t.get("operator")) or "Equal",
+            value=text(t.get("value")),
+            effect=interned(t.get("effect")),
+        )
+        for t in entries(value)
+    )
+
+
+def selector_terms(value: Any) -> tuple[SelectorTerm, ...]:
+    """Required node-affinity terms. A term the API would refuse still becomes a term: an
+    unreadable requirement matches no node, so a broken affinity never widens placement."""
+    return tuple(
+        SelectorTerm(
+            match_expressions=_requirements(term.get("matchExpressions")),
+            match_fields=_requirements(term.get("matchFields")),
+        )
+        for term in entries(value)
+    )
+
+
+def _requirements(value: Any) -> tuple[Requirement, ...]:
+    if value is not None and not isinstance(value, list):
+        return (Requirement("", "Invalid"),)
+    found = []
+    for item in (value or [])[:MAX_ITEMS]:
+        if not isinstance(item, Mapping):
+            found.append(Requirement("", "Invalid"))
+            continue
+        values = item.get("values")
+        found.append(
+            Requirement(
+                key=interned(item.get("key")),
+                operator=interned(item.get("operator")) or "Invalid",
+                values=tuple(v for v in values if isinstance(v, str))
+                if isinstance(values, list)
+                else (),
+            )
+        )
+    return tuple(found)

@@ -1,0 +1,164 @@
+"""The scheduler's node filters, re-evaluated: taints against tolerations, and the node
+selector and required node affinity against a node's labels and name.
+
+Events say why a pod waits in words that change between Kubernetes versions ("untolerated
+taint(s)", "didn't match Pod's node affinity/selector"); evaluating the filters ourselves
+gives the same answer on every version and says which taint or label excluded which node.
+The semantics follow kube-scheduler's TaintToleration and NodeAffinity plugins (and
+component-helpers' node selector): only NoSchedule and NoExecute taints filter; selector
+terms are ORed, a term's requirements ANDed, and a term with no requirement matches nothing.
+
+Requirements on a GPU-type label (settings.gpu_type_labels) are told apart from the others,
+so that "asks for an A100 where only H100s are free" is not reported as a generic affinity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from kube_gpu_exporter.exporter.cluster.objects import (
+    Node,
+    Pod,
+    Requirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+
+NODE_NAME_FIELD: Final = "metadata.name"  # the only field matchFields may name
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """Kubernetes' ToleratesTaint: the effect matches (or is empty), the key matches (an empty
+    key matches every key), and Exists takes any value where Equal needs the same one."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return toleration.operator == "Equal" and toleration.value == taint.value
+
+
+def untolerated(node: Node, tolerations: Iterable[Toleration]) -> tuple[Taint, ...]:
+    """The node's filtering taints (cordon and not-ready included) that no toleration covers."""
+    tolerations = tuple(tolerations)
+    return tuple(
+        taint
+        for taint in node.effective_taints
+        if not any(tolerates(toleration, taint) for toleration in tolerations)
+    )
+
+
+def requirement_matches(requirement: Requirement, value: str | None) -> bool:
+    """One requirement against the label's value (None: the node has no such label)."""
+    operator, values = requirement.operator, requirement.values
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _field_matches(requirement: Requirement, node: Node) -> bool:
+    if requirement.key != NODE_NAME_FIELD or requirement.operator not in ("In", "NotIn"):
+        return False
+    return requirement_matches(requirement, node.name)
+
+
+def _term_failures(term: SelectorTerm, node: Node, skip: Collection[str]) -> list[Requirement]:
+    """The requirements of `term` the node fails; requirements on `skip` keys count as met."""
+    if not term.match_expressions and not term.match_fields:
+        return [Requirement("", "Empty")]  # an empty term matches no node
+    failed = [
+        req
+        for req in term.match_expressions
+        if req.key not in skip and not requirement_matches(req, node.labels.get(req.key))
+    ]
+    failed += [req for req in term.match_fields if not _field_matches(req, node)]
+    return failed
+
+
+@dataclass(frozen=True)
+class SelectorCheck:
+    """What a node fails of a pod's node selector and required affinity, as readable lines:
+    `gpu_type` the requirements on GPU-type labels, `other` the rest."""
+
+    gpu_type: tuple[str, ...] = ()
+    other: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return not self.gpu_type and not self.other
+
+
+PASSED: Final = SelectorCheck()
+
+
+def check_selectors(pod: Pod, node: Node, type_labels: Collection[str]) -> SelectorCheck:
+    """The pod's nodeSelector and required node affinity against the node.
+
+    The node fails the GPU type when the type requirements alone exclude it, and fails the
+    other affinity when the rest alone excludes it. Terms are ORed, so a node may pass each
+    part and still fail the whole (one term wants the type, another the zone): that counts
+    as the other affinity, since no GPU type fixes it.
+    """
+    if not pod.node_selector and pod.affinity is None:
+        return PASSED
+    gpu_type: list[str] = []
+    other: list[str] = []
+    for key, wanted in pod.node_selector.items():
+        have = node.labels.get(key)
+        if have != wanted:
+            (gpu_type if key in type_labels else other).append(f"{key}={wanted}{_has(have)}")
+    if pod.affinity is not None and not _any_term(pod.affinity, node, ()):
+        all_keys = {req.key for term in pod.affinity for req in term.match_expressions}
+        other_keys = all_keys - set(type_labels)
+        type_fails = not _any_term(pod.affinity, node, other_keys)
+        other_fails = not _any_term(pod.affinity, node, type_labels)
+        failed = [req for term in pod.affinity for req in _term_failures(term, node, ())]
+        for req in dict.fromkeys(failed):  # unique, in order
+            line = f"{_requirement(req)}{_has(_value(req, node))}"
+            if type_fails and req.key in type_labels:
+                gpu_type.append(line)
+            elif other_fails or req.key not in type_labels:
+                other.append(line)
+        if not gpu_type and not other:  # no term, or terms that each pass only a part
+            other.append("no required node-affinity term matches as a whole")
+    if not gpu_type and not other:
+        return PASSED
+    return SelectorCheck(tuple(gpu_type), tuple(other))
+
+
+def _any_term(terms: Iterable[SelectorTerm], node: Node, skip: Collection[str]) -> bool:
+    return any(not _term_failures(term, node, skip) for term in terms)
+
+
+def _value(requirement: Requirement, node: Node) -> str | None:
+    if requirement.key == NODE_NAME_FIELD:
+        return node.name
+    return node.labels.get(requirement.key)
+
+
+def _requirement(requirement: Requirement) -> str:
+    if requirement.operator == "Empty":
+        return "an empty node-affinity term (matches no node)"
+    if requirement.operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+        return f"an invalid requirement on {requirement.key or '(no key)'}"
+    return str(requirement)
+
+
+def _has(value: str | None) -> str:
+    return " (node: unset)" if value is None else f" (node: {value})"
