@@ -20,6 +20,7 @@ from typing import NoReturn
 from kube_gpu_exporter.demo import run as demo_cli
 from kube_gpu_exporter.exporter import __version__, app, logs
 from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
+from kube_gpu_exporter.exporter.cluster.explain import command as explain_cli
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
 from kube_gpu_exporter.exporter.input_errors import one_line, quoted
@@ -325,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a simulated GPU node with its kubelet, Prometheus and Alertmanager",
     )
     demo_cli.add_arguments(demo)
+    explain_cli.register(commands)
     return parser
 
 
@@ -336,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(generate_cli.run(args))
     if args.command == "demo":
         return demo_cli.run(args)
+    if args.command == "explain":
+        return explain_cli.run(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -9,6 +9,8 @@ the API except `explain/api.py`. The flow:
     node_capacity(view), product_capacity(view)   free GPUs, largest schedulable request,
                                            fragmentation (capacity.py)
     quota_checks(quotas, requests)         what a GPU quota leaves (quota.py)
+
+`explain/` is the `kube-gpu-exporter explain` command built on them.
 """
 
 from kube_gpu_exporter.exporter.cluster.capacity import (

@@ -1,0 +1,152 @@
+"""`kube-gpu-exporter explain POD [-n NAMESPACE] | -f pod.yaml`: why a GPU pod waits, or
+whether a manifest would schedule before it is submitted.
+
+The cluster is read once (api.py), the pod classified against it (classify.py) and every
+check printed with its evidence (report.py). Exit status: 0 when the pod would schedule
+(or already is), 1 when it would not (the reason on the last line), 2 on bad input — an
+unreadable or invalid manifest, a kubeconfig that does not load, an API server that does not
+answer, a pod that does not exist — as one line on stderr, never a traceback.
+
+The CLI registers the subcommand with `register`; this module imports only argparse when
+loaded, so other commands do not pay for the cluster view or the kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Final
+
+PROG: Final = "kube-gpu-exporter"
+EXIT_SCHEDULES, EXIT_WAITS, EXIT_USAGE = 0, 1, 2
+POD_PREFIXES: Final = ("pod/", "pods/", "po/")  # kubectl's TYPE/NAME form
+
+
+def register(commands: Any) -> None:
+    """Add `explain` to the CLI's subcommands (`commands` is argparse's subparsers action)."""
+    parser = commands.add_parser(
+        "explain",
+        help="say why a GPU pod is Pending, or whether a manifest would schedule",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    add_arguments(parser)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pod", nargs="?", metavar="POD", help="the pending pod's name")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="the pod's namespace (default: the kubeconfig context's, else default)",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        help="a manifest (Pod, or a workload's pod template) to check before submitting it",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use (default $KUBECONFIG, ~/.kube/config, else in-cluster config)",
+    )
+    parser.add_argument(
+        "--gpu-type-label",
+        dest="gpu_type_labels",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a node label whose value names a GPU type, beside nvidia.com/gpu.product and "
+        "the other defaults; repeatable",
+    )
+    parser.add_argument(
+        "--gpu-resource",
+        dest="gpu_resources",
+        action="append",
+        metavar="PATTERN",
+        help="extended resource names that are GPUs, as shell patterns; repeatable (default "
+        "nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*)",
+    )
+    parser.add_argument(
+        "--all-nodes", action="store_true", help="list every GPU node, not only the first 20"
+    )
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the output: auto (on a terminal, unless NO_COLOR is set), always, never",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Explain, print, and return the exit status (see the module docstring)."""
+    from kube_gpu_exporter.exporter.cluster.classify import classify
+    from kube_gpu_exporter.exporter.cluster.explain.api import (
+        ApiReader,
+        context_namespace,
+        default_kubeconfig,
+    )
+    from kube_gpu_exporter.exporter.cluster.explain.manifest import load_manifest
+    from kube_gpu_exporter.exporter.cluster.explain.report import render
+    from kube_gpu_exporter.exporter.cluster.settings import DEFAULT_SETTINGS, ClusterSettings
+    from kube_gpu_exporter.exporter.cluster.view import ClusterView
+    from kube_gpu_exporter.exporter.input_errors import InputError
+
+    settings = ClusterSettings(
+        gpu_resources=tuple(args.gpu_resources or DEFAULT_SETTINGS.gpu_resources),
+        gpu_type_labels=(*DEFAULT_SETTINGS.gpu_type_labels, *args.gpu_type_labels),
+    )
+    admitted = not args.filename
+    try:
+        name = _pod_name(args)
+        kubeconfig = args.kubeconfig or default_kubeconfig()
+        namespace = args.namespace or context_namespace(kubeconfig)
+        if args.filename:
+            pod = load_manifest(args.filename, namespace)
+            if args.namespace and pod.namespace != args.namespace:
+                raise InputError(
+                    f"the manifest's namespace {pod.namespace} does not match -n {args.namespace}"
+                )
+        reader = ApiReader(kubeconfig, settings)
+        try:
+            if admitted:
+                pod = reader.pod(namespace, name)
+            if admitted and (pod.node_name or pod.terminated):
+                print(_placed(pod))
+                return EXIT_SCHEDULES
+            cluster = reader.cluster(pod.namespace)
+        finally:
+            reader.close()
+    except InputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    view = ClusterView.build(cluster.nodes, cluster.pods, cluster.quotas, settings)
+    result = classify(view, pod, admitted=admitted)
+    colour = args.color == "always" or (
+        args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    )
+    sys.stdout.write(
+        render(view, pod, result, admitted=admitted, colour=colour, all_nodes=args.all_nodes)
+    )
+    return EXIT_SCHEDULES if result.schedulable else EXIT_WAITS
+
+
+def _pod_name(args: argparse.Namespace) -> str:
+    """The POD argument (TYPE/NAME accepted); exactly one of POD and -f must be given."""
+    from kube_gpu_exporter.exporter.input_errors import InputError, quoted
+
+    if bool(args.pod) == bool(args.filename):
+        raise InputError("explain takes a POD name or -f FILE (one of them)")
+    name = str(args.pod or "")
+    for prefix in POD_PREFIXES:
+        name = name.removeprefix(prefix)
+    if args.pod and (not name or "/" in name):
+        raise InputError(f"not a pod name: {quoted(args.pod)}")
+    return name
+
+
+def _placed(pod: Any) -> str:
+    if pod.node_name:
+        return f"pod {pod.namespace}/{pod.name} is scheduled on {pod.node_name} ({pod.phase})"
+    return f"pod {pod.namespace}/{pod.name} has ended ({pod.phase}); nothing to schedule"

@@ -1,0 +1,101 @@
+"""`explain -f`: the pod a manifest file would create, before it is submitted.
+
+The file may hold a Pod or a workload that makes pods (Deployment, StatefulSet, ReplicaSet,
+DaemonSet, Job, ReplicationController, CronJob), in any document of a multi-document file or
+in a List; the first pod spec found is the one explained. It is read as a person wrote it:
+limits without requests, no namespace, no name on a template. Every problem is one
+InputError line naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import yaml
+
+from kube_gpu_exporter.exporter.cluster.objects import Pod
+from kube_gpu_exporter.exporter.cluster.parse import parse_pod
+from kube_gpu_exporter.exporter.input_errors import InputError, quoted, yaml_problem
+
+MAX_BYTES: Final = 1 << 20  # a manifest is kilobytes; a bigger file is the wrong file
+MAX_DOCUMENTS: Final = 100
+TEMPLATE_KINDS: Final = frozenset(
+    {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "ReplicationController"}
+)
+
+
+def load_manifest(path: str, namespace: str) -> Pod:
+    """The pod the manifest at `path` describes; `namespace` where the manifest names none."""
+    label = f"manifest {path}"
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {label}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL in the path
+        raise InputError(f"cannot read {label}: {exc}") from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"{label}: larger than {MAX_BYTES >> 20} MiB, not a manifest")
+    try:
+        documents = list(_documents(data))
+    except yaml.YAMLError as exc:
+        raise InputError(f"{label}: {yaml_problem(exc)}") from None
+    except (RecursionError, ValueError, TypeError, OverflowError) as exc:
+        raise InputError(f"{label}: not valid YAML: {type(exc).__name__}") from None
+    for document in documents:
+        found = _pod_object(document)
+        if found is not None:
+            pod = parse_pod(found, namespace)
+            if pod is None:  # a name or namespace of the wrong type
+                raise InputError(f"{label}: the pod's metadata.name or namespace is not a string")
+            return pod
+    kinds = sorted({str(d.get("kind")) for d in documents if isinstance(d, Mapping)})
+    shown = f" (found kind {', '.join(quoted(k) for k in kinds)})" if kinds else ""
+    raise InputError(f"{label}: no Pod or pod template in it{shown}")
+
+
+def _documents(data: bytes) -> Iterator[Any]:
+    for count, document in enumerate(yaml.safe_load_all(data)):
+        if count >= MAX_DOCUMENTS:
+            return
+        if isinstance(document, Mapping) and document.get("kind") == "List":
+            items = document.get("items")
+            yield from items if isinstance(items, list) else []
+        elif document is not None:
+            yield document
+
+
+def _pod_object(document: Any) -> Mapping[str, Any] | None:
+    """A Pod, or a pod template made into one (named after its workload)."""
+    if not isinstance(document, Mapping):
+        return None
+    kind = document.get("kind")
+    if kind == "Pod" or (kind is None and isinstance(document.get("spec"), Mapping)):
+        return _named(document, document)
+    spec = document.get("spec")
+    if kind == "CronJob" and isinstance(spec, Mapping):
+        job = spec.get("jobTemplate")
+        spec = job.get("spec") if isinstance(job, Mapping) else None
+    elif kind not in TEMPLATE_KINDS:
+        return None
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    if not isinstance(template, Mapping):
+        return None
+    return _named(template, document)
+
+
+def _named(pod: Mapping[str, Any], owner: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`pod` with a name and namespace: its own, else its workload's, else a placeholder
+    (a template has none; a Pod may have only generateName)."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    owner_meta = owner.get("metadata") if isinstance(owner.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping) and isinstance(owner_meta, Mapping)
+    name = meta.get("name") or owner_meta.get("name") or meta.get("generateName") or "manifest"
+    namespace = meta.get("namespace") or owner_meta.get("namespace")
+    metadata = {**meta, "name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    else:
+        metadata.pop("namespace", None)
+    return {**pod, "metadata": metadata, "status": {}}
