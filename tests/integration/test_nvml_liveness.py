@@ -21,7 +21,7 @@ from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from support import run_exporter, values, wait_until
 
 GPU = "GPU-11111111-0000-4000-8000-000000000000"
-# One A100 split into seven 1g.10gb instances: the node of the issue's SIGTERM report.
+# One A100 split into seven 1g.10gb instances, where a healthy shutdown was once reported slow.
 MIG_NODE = Scenario.parse(
     f"""
 devices:
