@@ -67,6 +67,7 @@ bench: $(STAMP)
 	  apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(PY) bench/run.py
 	$(PY) bench/profiling.py --readme
+	$(PY) bench/abuse.py --readme
 
 # Regenerate the kubelet pod-resources stubs from exporter/kubelet/v1/api.proto.
 proto: $(STAMP)
