@@ -26,6 +26,8 @@ from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
+from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
+from kube_gpu_exporter.exporter.serve.listener import Listener
 from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, build_app
 from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config, web_middlewares
 
@@ -119,13 +121,21 @@ async def _serve(
         sampler, args.interval, attribution, dcgm_compat, _pci_bus(args), args.stall_timeout
     )
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
-    app = build_app(collection, args.telemetry_path, args.max_requests, middlewares)
+    app = build_app(
+        collection, args.telemetry_path, args.max_requests, middlewares, web_config.headers
+    )
     runner = web.AppRunner(
         app, handle_signals=False, access_log=None, shutdown_timeout=DRAIN_SECONDS
     )
     await runner.setup()
     host, port = args.listen
-    site = web.TCPSite(runner, host or None, port, ssl_context=web_config.ssl_context)
+    limits = ConnectionLimits(
+        read_header_timeout=args.read_header_timeout,
+        idle_timeout=args.idle_timeout,
+        write_timeout=args.write_timeout,
+        max_connections=args.max_connections,
+    )
+    site = Listener(runner, host, port, limits, ssl_context=web_config.ssl_context)
     try:
         await site.start()
     except OSError as exc:

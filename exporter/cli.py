@@ -114,6 +114,12 @@ def non_negative_int(value: str) -> int:
     return int(value)
 
 
+def positive_int(value: str) -> int:
+    if not (value.isascii() and value.isdigit()) or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {value!r}")
+    return int(value)
+
+
 def sysfs_root(value: str) -> str:
     """A sysfs mount, or "" for none. A typo fails at start; a sysfs that later cannot be read
     only leaves its series absent (pci_bus.py), so a hidden /sys never stops the exporter."""
@@ -183,6 +189,35 @@ def build_parser() -> argparse.ArgumentParser:
         type=non_negative_int,
         default=40,
         help="concurrent requests beyond which the server answers 503; 0 for no limit (default 40)",
+    )
+    serve.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=positive_int,
+        default=256,
+        help="open connections beyond which new ones are closed at once (default 256)",
+    )
+    _duration_flag(
+        serve,
+        "--web.read-header-timeout",
+        "read_header_timeout",
+        10.0,
+        "how long a request's headers may take to arrive, from its first byte (from the "
+        "accept for a connection's first request); a slower client is disconnected",
+    )
+    _duration_flag(
+        serve,
+        "--web.idle-timeout",
+        "idle_timeout",
+        120.0,
+        "how long a keep-alive connection may wait for its next request",
+    )
+    _duration_flag(
+        serve,
+        "--web.write-timeout",
+        "write_timeout",
+        30.0,
+        "how long a client may leave a response unread before it is disconnected",
     )
     _duration_flag(
         serve,

@@ -7,6 +7,7 @@ pipelining cannot grow it either. Probes are never refused.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
@@ -85,4 +86,25 @@ def test_never_reading_clients_get_503s_and_memory_stays_flat(tmp_path: Path) ->
         assert growth < RSS_GROWTH_LIMIT, f"VmRSS grew by {growth / MIB:.1f} MiB"
         # The slots free once those clients are gone.
         wait_until(lambda: exporter.get()[0] == 200, what="the slots to free again")
+        assert "Traceback" not in exporter.log()
+
+
+def test_never_reading_clients_do_not_hold_up_sigterm(tmp_path: Path) -> None:
+    """Responses nobody reads are cut at shutdown rather than waited for (the write timeout
+    is 10 minutes here): the exporter exits well within the DaemonSet's 15 s grace period."""
+    args = ["--simulate", DEMO, "--web.write-timeout=10m"]
+    with run_exporter(args, tmp_path) as exporter:
+        clients = []
+        for _ in range(50):
+            sock = socket.create_connection(("127.0.0.1", exporter.port))
+            sock.setblocking(False)
+            clients.append((sock, memoryview(GET_METRICS * PIPELINED)))
+        try:
+            push(clients, exporter)
+            wait_until(lambda: exporter.get()[0] == 503, what="every slot held")
+            exporter.proc.send_signal(signal.SIGTERM)
+            assert exporter.proc.wait(timeout=14) == 0
+        finally:
+            for sock, _ in clients:
+                sock.close()
         assert "Traceback" not in exporter.log()
