@@ -7,7 +7,9 @@ it is in the transport's buffer rather than in the kernel. Here, per connection 
 caps how many exist):
 
 - **one request at a time**: received bytes wait in a small inbox, and aiohttp's parser is fed
-  one complete request head (up to its blank line) once the previous response is finished.
+  one complete request head (up to its blank line) once the previous response is finished
+  (a request with a body, which nothing here reads, gets its bytes as they come and is the
+  connection's last).
   Reading pauses while the inbox holds MAX_HEAD bytes, and a head longer than that gets 431.
   A pipelining client thus pins at most one parsed request and ~MAX_HEAD of bytes, whatever
   it sends (the listener's small receive buffer bounds how much one read adds).
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD: Final = 8 << 10  # a request line and headers; Prometheus sends ~300 bytes
 HEAD_END: Final = b"\r\n\r\n"
+# A head announcing a body: a Content-Length above 0, or any Transfer-Encoding.
+BODY: Final = re.compile(rb"\r\n(content-length:[ \t]*0*[1-9]|transfer-encoding:)", re.IGNORECASE)
 HEAD_TOO_LARGE: Final = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
     b"Connection: close\r\n\r\n"
@@ -73,6 +78,7 @@ class Connection(web.RequestHandler):
         self._on_lost = on_lost
         self._inbox = bytearray()
         self._in_request = False  # a head was fed and its response is not finished
+        self._body = False  # that request has a body: bytes go to aiohttp as they come
         self._reading_held = False  # we paused the transport because the inbox is full
         self._stopping = False
         self._header_timer: asyncio.TimerHandle | None = None
@@ -93,7 +99,7 @@ class Connection(web.RequestHandler):
         self._on_lost()
 
     def data_received(self, data: bytes) -> None:
-        if not self._in_request and not self._inbox and data:
+        if not (self._in_request or self._body or self._inbox) and data:
             self._arm_header_timer()  # the first byte of a request: its head is now due
         self._inbox += data
         self._feed()
@@ -107,7 +113,11 @@ class Connection(web.RequestHandler):
             return await super().finish_response(request, resp, start_time)
         finally:
             self._in_request = False
-            if self._inbox:  # part of the next request is here already
+            if self._body:
+                # Nothing here reads a body: aiohttp discards the rest (its lingering close)
+                # and ends the connection, rather than finding the next head after it.
+                self.close()
+            elif self._inbox:  # part of the next request is here already
                 self._arm_header_timer()
             self._feed()
 
@@ -115,14 +125,22 @@ class Connection(web.RequestHandler):
         """Hand aiohttp the next complete request head, if no request is in progress."""
         if self.transport is None:
             return
-        if not self._in_request:
+        if self._body and self._inbox:
+            body = bytes(self._inbox)
+            self._inbox.clear()
+            super().data_received(body)
+        elif not self._in_request:
             end = self._inbox.find(HEAD_END)
             if 0 <= end < MAX_HEAD:
                 head = bytes(self._inbox[: end + len(HEAD_END)])
                 del self._inbox[: len(head)]
                 self._in_request = True
+                self._body = BODY.search(head) is not None
                 self._cancel_header_timer()
                 super().data_received(head)
+                if self._body:
+                    self._feed()
+                    return
             elif len(self._inbox) >= MAX_HEAD:
                 log.debug("client %s: request head over %d bytes; closing", self._peer(), MAX_HEAD)
                 self.transport.write(HEAD_TOO_LARGE)

@@ -206,3 +206,23 @@ def check_tls_port(port: int, client: ssl.SSLContext) -> None:
             assert reader.response().body == b"ok\n"
     # A client that opens and says nothing is closed after the read-header timeout.
     assert closed_by_peer(connect(port), 60)
+
+
+def test_a_request_with_a_body_is_answered_and_ends_the_connection(tmp_path: Path) -> None:
+    """Requests are read one head at a time; a body (which nothing here reads) is passed on
+    as it comes, and the connection ends after its answer rather than stalling on it."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        for body in (
+            b"Content-Length: 5\r\n\r\nhello",
+            b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        ):
+            sock = connect(exporter.port)
+            sock.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\n" + body + request("GET", "/"))
+            assert Reader(sock).response().status == 405
+            assert closed_by_peer(sock, 30)
+        # An empty body keeps the connection.
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        empty = b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        sock.sendall(empty + request("GET", "/healthz"))
+        assert [reader.response().status, reader.response().status] == [405, 200]
