@@ -12,8 +12,10 @@ site runs its own accept loop instead, so each connection passes three gates fir
 - **the handshake** must finish within `--web.read-header-timeout`.
 
 Then asyncio's own transport (`connect_accepted_socket`) serves it with a `Connection`.
-Listening sockets get a small receive buffer: requests are a few hundred bytes, and one read of
-a pipelining client is then at most that much, not asyncio's 256 KiB.
+Listening sockets get small kernel buffers, which accepted ones inherit: requests are a few
+hundred bytes, so one read of a pipelining client adds at most 16 KiB, not asyncio's 256 KiB;
+and a client that never reads pins 128 KiB of kernel memory, not the 4 MiB Linux would grow
+its send buffer to.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from kube_gpu_exporter.exporter.serve.connection import Connection, ConnectionLi
 log = logging.getLogger(__name__)
 
 RECEIVE_BUFFER: Final = 8 << 10  # SO_RCVBUF; Linux doubles it for its own bookkeeping
+# SO_SNDBUF: Linux would grow it to 4 MiB per connection (tcp_wmem) for a client that does not
+# read, kernel memory a pod's cgroup is charged for; 128 KiB in flight still fills a 10 ms path
+# at 12 MB/s.
+SEND_BUFFER: Final = 64 << 10
 TLS_HANDSHAKE: Final = 0x16  # the content type of a TLS record carrying a ClientHello
 # What Go's net/http takes for a plain-HTTP request on a TLS port (the first 5 bytes).
 HTTP_STARTS: Final = frozenset({b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"})
@@ -235,6 +241,7 @@ async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
             sock.bind(address)
             sock.listen(backlog)
             sock.setblocking(False)
