@@ -5,6 +5,10 @@ one line of at most 500 characters and exit status 2. The CLI runs in-process
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,14 +142,39 @@ def test_output_paths_are_checked_before_anything_is_written(tmp_path: Path) -> 
     assert not (tmp_path / "out").exists() and not runbooks.exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_an_unwritable_output_folder(tmp_path: Path) -> None:
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    out, runbooks = locked / "deploy", locked / "runbooks.md"
-    assert_one_line(*run_cli(["generate", "--out", out]), f"{locked} is not writable")
-    flags = ["--out", tmp_path / "out", "--runbooks", runbooks]
-    assert_one_line(*run_cli(["generate", *flags]), f"{locked} is not writable")
+def test_an_unwritable_output_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Root writes into any folder, and CI runs as root: there the command runs as nobody
+    (uid 65534, through util-linux's setpriv) in a folder everyone may read."""
+    base = Path(tempfile.mkdtemp(prefix="kge-unwritable-"))
+    try:
+        base.chmod(0o755)
+        locked = base / "locked"
+        locked.mkdir(mode=0o555)
+        free = base / "free"  # writable by everyone
+        free.mkdir()
+        free.chmod(0o777)
+        out, runbooks = locked / "deploy", locked / "runbooks.md"
+        cases = [
+            (["--out", out, "--runbooks", free / "r.md"]),
+            (["--out", free / "out", "--runbooks", runbooks]),
+        ]
+        for flags in cases:
+            assert_one_line(*_as_nobody(["generate", *flags]), f"{locked} is not writable")
+        assert not list(free.iterdir())  # checked before anything was written
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _as_nobody(argv: list[str | Path]) -> tuple[int, str]:
+    """The CLI in-process as an ordinary user, or as nobody in a subprocess under root."""
+    if os.geteuid() != 0:
+        return run_cli(argv)
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "util-linux's setpriv is needed to test an unwritable folder as root"
+    cli = Path(sys.executable).with_name("kube-gpu-exporter")
+    command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", cli, *argv]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    return done.returncode, done.stderr
 
 
 def test_a_write_that_fails_anyway_is_one_line(tmp_path: Path) -> None:
