@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -26,10 +25,8 @@ from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
-from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
-from kube_gpu_exporter.exporter.serve.listener import Listener
-from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, build_app
-from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config, web_middlewares
+from kube_gpu_exporter.exporter.serve.site import served_at, start_site, stop_on_signals
+from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config
 
 if TYPE_CHECKING:
     from kube_gpu_exporter.exporter.attribution.directory import KubeDirectory
@@ -40,9 +37,8 @@ log = logging.getLogger(__name__)
 EXIT_USAGE = 2
 GIL_SWITCH_SECONDS = 0.001
 # SIGTERM to exit: the DaemonSet's grace period is 15 s, and the process aims for 5 s whatever
-# NVML does. In-flight responses are pre-rendered bytes: a second drains them.
+# NVML does (site.py drains in-flight responses for a second of it).
 SHUTDOWN_SECONDS = 4.5
-DRAIN_SECONDS = 1.0
 
 
 def _sampler(args: argparse.Namespace) -> Sampler:
@@ -120,41 +116,18 @@ async def _serve(
     collection = CollectionLoop(
         sampler, args.interval, attribution, dcgm_compat, _pci_bus(args), args.stall_timeout
     )
-    middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
-    app = build_app(
-        collection, args.telemetry_path, args.max_requests, middlewares, web_config.headers
-    )
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=DRAIN_SECONDS
-    )
-    await runner.setup()
-    host, port = args.listen
-    limits = ConnectionLimits(
-        read_header_timeout=args.read_header_timeout,
-        idle_timeout=args.idle_timeout,
-        write_timeout=args.write_timeout,
-        max_connections=args.max_connections,
-    )
-    site = Listener(runner, host, port, limits, ssl_context=web_config.ssl_context)
     try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
+        runner = await start_site(args, web_config, collection)
+    except InputError:
         sampler.close()
-        shown = f"{host}:{port}" if host else f":{port}"
-        raise InputError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        raise
+    stop = stop_on_signals()
     if pod_resources is not None:
         pod_resources[1].start()
     if directory is not None and attribution is not None:
         directory.start()
     collection.start()
-    scheme = "https" if web_config.ssl_context else "http"
-    log.info("serving on %s://%s:%d%s", scheme, host or "0.0.0.0", port, args.telemetry_path)
+    log.info("serving on %s", served_at(args, web_config))
     await stop.wait()
     log.info("shutting down")
     if not await _shut_down(runner, collection, pod_resources, directory):

@@ -1,6 +1,7 @@
 """Command line: flags and dispatch only, in the Prometheus exporter style.
 
-`serve` runs the exporter (app.py builds and starts its parts), `generate` writes the rules,
+`serve` runs the exporter (app.py builds and starts its parts), `cluster` the cluster view's
+exporter (cluster_app.py), `generate` writes the rules,
 dashboards and manifests (exporter/generate/), `demo` runs the demo stack (demo/). This module
 sits on top of all of them. Every bad input ends in one line on stderr and exit status 2,
 never a traceback: an operator reading `kubectl logs` of a crash-looping pod should see what
@@ -10,34 +11,33 @@ to fix at once.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
-import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
 
 from kube_gpu_exporter.demo import run as demo_cli
-from kube_gpu_exporter.exporter import __version__, app, logs
+from kube_gpu_exporter.exporter import __version__, app, cluster_app, logs
 from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.cluster.explain import command as explain_cli
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
-from kube_gpu_exporter.exporter.input_errors import one_line, quoted
+from kube_gpu_exporter.exporter.input_errors import one_line
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS
-from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS
-from kube_gpu_exporter.exporter.units import parse_duration, parse_port
+from kube_gpu_exporter.exporter.serve.flags import (
+    RESERVED_PATHS,
+    add_web_flags,
+    duration_flag,
+    interval,
+    positive_duration,
+)
 
 # 9100-9999 (the Prometheus exporter range) is fully allocated; 9400 is dcgm-exporter's and
 # 9835 nvidia_gpu_exporter's. 19400 sits outside the range, clear of the kubelet's 10250-10259.
 DEFAULT_PORT = 19400
 EXIT_USAGE = 2
-MIN_INTERVAL = 0.1  # seconds: --collector.interval, --kubelet.interval
-MAX_DURATION = 86400.0  # seconds: every duration flag
-# What the server answers itself (server.py): the landing page and the kubelet's probes.
-RESERVED_PATHS = PROBE_PATHS | {"/"}
-_URL_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
+__all__ = ["DEFAULT_PORT", "RESERVED_PATHS", "build_parser", "main"]
 # What `--help` says above the commands.
 DESCRIPTION = """\
 Command line: flags only, in the Prometheus exporter style.
@@ -51,73 +51,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse quotes the value whole ("invalid choice: '<4 MiB>'"): bounded, one line.
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see --help)\n")
-
-
-def listen_address(value: str) -> tuple[str, int]:
-    """`host:port`, `:port` or `[v6]:port` → (host, port); an empty host means every address."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not (port_text.isascii() and port_text.isdigit()):
-        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)} (use host:port)")
-    try:
-        port = parse_port(port_text)
-    except ValueError as exc:  # out of range: say so rather than "use host:port"
-        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}: {exc}") from None
-    host = host.removeprefix("[").removesuffix("]")
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}") from None
-    return host, port
-
-
-def positive_duration(value: str) -> float:
-    """A duration above 0 and at most a day (a thread's wait overflows on 1e400 seconds)."""
-    try:
-        seconds = parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(one_line(str(exc))) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {quoted(value)}")
-    if seconds > MAX_DURATION:
-        raise argparse.ArgumentTypeError(f"must be at most 24h: {quoted(value)}")
-    return seconds
-
-
-def interval(value: str) -> float:
-    """How often to do something: at least 100ms (at 1ms collection took 95 % of a core)."""
-    seconds = positive_duration(value)
-    if seconds < MIN_INTERVAL:
-        raise argparse.ArgumentTypeError(f"must be at least 100ms: {quoted(value)}")
-    return seconds
-
-
-def telemetry_path(value: str) -> str:
-    """A plain URL path the server answers with nothing else. A probe path would serve the
-    metrics without auth (probes skip it for the kubelet); `{` makes an aiohttp pattern."""
-    if not value.startswith("/"):
-        raise argparse.ArgumentTypeError(f"must start with '/': {quoted(value)}")
-    if value in RESERVED_PATHS:
-        reserved = ", ".join(sorted(RESERVED_PATHS))
-        raise argparse.ArgumentTypeError(f"{value} is the exporter's own (reserved: {reserved})")
-    if not _URL_PATH.fullmatch(value) or {".", ".."} & set(value.split("/")):
-        raise argparse.ArgumentTypeError(
-            f"not a plain URL path: {quoted(value)} (segments of letters, digits and "
-            "-._~!$&'()*+,;=:@ between single slashes)"
-        )
-    return value
-
-
-def non_negative_int(value: str) -> int:
-    if not (value.isascii() and value.isdigit()):
-        raise argparse.ArgumentTypeError(f"not a non-negative integer: {value!r}")
-    return int(value)
-
-
-def positive_int(value: str) -> int:
-    if not (value.isascii() and value.isdigit()) or int(value) == 0:
-        raise argparse.ArgumentTypeError(f"not a positive integer: {value!r}")
-    return int(value)
 
 
 def sysfs_root(value: str) -> str:
@@ -136,90 +69,14 @@ def xid_codes(value: str) -> tuple[int, ...]:
     return tuple(sorted({int(w) for w in words}))
 
 
-def _duration_flag(
-    group: argparse._ActionsContainer,
-    flag: str,
-    dest: str,
-    default: float,
-    help: str,
-    parse: Callable[[str], float] = positive_duration,
-) -> None:
-    """A duration flag ("5s", "1m30s"); its help ends with the default, as every flag's does.
-    `parse` is `interval` for how-often flags (at least 100ms)."""
-    group.add_argument(
-        flag,
-        dest=dest,
-        type=parse,
-        default=default,
-        metavar="DURATION",
-        help=f"{help} (default {default:g}s)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kube-gpu-exporter", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser("serve", help="serve the node's GPU metrics to Prometheus")
-    serve.add_argument(
-        "--web.listen-address",
-        dest="listen",
-        type=listen_address,
-        default=("", DEFAULT_PORT),
-        metavar="HOST:PORT",
-        help=f"address to serve on (default :{DEFAULT_PORT})",
-    )
-    serve.add_argument(
-        "--web.telemetry-path",
-        dest="telemetry_path",
-        type=telemetry_path,
-        default="/metrics",
-        help="path of the metrics (default /metrics)",
-    )
-    serve.add_argument(
-        "--web.config.file",
-        dest="web_config",
-        metavar="FILE",
-        help="exporter-toolkit web config: TLS and bcrypt basic auth",
-    )
-    serve.add_argument(
-        "--web.max-requests",
-        dest="max_requests",
-        type=non_negative_int,
-        default=40,
-        help="concurrent requests beyond which the server answers 503; 0 for no limit (default 40)",
-    )
-    serve.add_argument(
-        "--web.max-connections",
-        dest="max_connections",
-        type=positive_int,
-        default=256,
-        help="open connections beyond which new ones are closed at once (default 256)",
-    )
-    _duration_flag(
-        serve,
-        "--web.read-header-timeout",
-        "read_header_timeout",
-        10.0,
-        "how long a request's headers may take to arrive, from its first byte (from the "
-        "accept for a connection's first request); a slower client is disconnected",
-    )
-    _duration_flag(
-        serve,
-        "--web.idle-timeout",
-        "idle_timeout",
-        120.0,
-        "how long a keep-alive connection may wait for its next request",
-    )
-    _duration_flag(
-        serve,
-        "--web.write-timeout",
-        "write_timeout",
-        30.0,
-        "how long a client may leave a response unread before it is disconnected",
-    )
-    _duration_flag(
+    add_web_flags(serve, DEFAULT_PORT)
+    duration_flag(
         serve,
         "--collector.interval",
         "interval",
@@ -260,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the kubelet's pod-resources socket; '' turns attribution off "
         f"(default {DEFAULT_SOCKET}; off with --simulate unless given)",
     )
-    _duration_flag(
+    duration_flag(
         kubelet,
         "--kubelet.interval",
         "kubelet_interval",
@@ -268,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "how often to ask the kubelet which pod holds which device; at least 100ms",
         parse=interval,
     )
-    _duration_flag(
+    duration_flag(
         kubelet,
         "--kubelet.timeout",
         "kubelet_timeout",
@@ -362,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo_cli.add_arguments(demo)
     explain_cli.register(commands)
+    cluster_app.register(commands)
     return parser
 
 
@@ -375,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_cli.run(args)
     if args.command == "explain":
         return explain_cli.run(args)
+    if args.command == "cluster":
+        return cluster_app.run(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 

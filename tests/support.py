@@ -102,13 +102,15 @@ def run_exporter(
     tmp_path: Path,
     env: Mapping[str, str] | None = None,
     wait_ready: bool = True,
+    command: str = "serve",
 ) -> Iterator[Exporter]:
-    """Start the exporter on a free port, wait until it answers, SIGTERM it afterwards."""
+    """Start the exporter (`command`: serve, or cluster) on a free port, wait until it
+    answers, SIGTERM it afterwards."""
     port = free_port()
     log_path = tmp_path / f"exporter-{port}.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            exporter_command("serve", f"--web.listen-address=127.0.0.1:{port}", *args),
+            exporter_command(command, f"--web.listen-address=127.0.0.1:{port}", *args),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -3,7 +3,7 @@
 The exporter renders from it, and the rules generator and dashboards take their metric names
 from it, so a test can prove that every name a rule or panel uses exists. Adding a metric is
 adding one row to the area's module (device.py, profiling.py, hardware.py, attribution.py,
-self_monitoring.py) and to
+self_monitoring.py, cluster.py) and to
 ALL_METRICS below; error kinds live in errors.py and Xid codes in xid.py.
 
 This module is the package's face: `from kube_gpu_exporter.exporter import catalog as c`
@@ -23,6 +23,7 @@ from kube_gpu_exporter.exporter.catalog.attribution import (
     POD_MEMORY_USED,
     POD_UTILIZATION,
 )
+from kube_gpu_exporter.exporter.catalog.cluster import CLUSTER_METRICS
 from kube_gpu_exporter.exporter.catalog.device import (
     CLOCK_EVENT_ACTIVE,
     CLOCK_EVENT_REASONS,
@@ -141,6 +142,7 @@ ALL_METRICS: tuple[Metric, ...] = (
     POD_RESOURCES_LAST_SUCCESS,
     UNMAPPED_DEVICES,
     KUBERNETES_API_UP,
+    *CLUSTER_METRICS,
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL_METRICS}
@@ -153,6 +155,7 @@ __all__ = [
     "CLOCK_EVENT_ACTIVE",
     "CLOCK_EVENT_DURATION",
     "CLOCK_EVENT_REASONS",
+    "CLUSTER_METRICS",
     "COLLECTIONS",
     "COLLECTION_DURATION",
     "COLLECTION_ERRORS",

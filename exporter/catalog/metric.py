@@ -14,6 +14,7 @@ from enum import Enum
 class MetricType(Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
+    HISTOGRAM = "histogram"  # the cluster view's scheduling wait; built by its own module
 
 
 class Scope(Enum):
@@ -23,6 +24,7 @@ class Scope(Enum):
     POD = "pod"  # a device as one container uses it: device labels + namespace, pod, container
     NODE = "node"  # the node as a whole (capacity)
     EXPORTER = "exporter"  # the exporter process itself
+    CLUSTER = "cluster"  # the cluster view (`kube-gpu-exporter cluster`): labels per row
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The cluster view: GPU capacity as the scheduler sees it, and why GPU pods wait.
 
 Pure functions over slim values of Nodes, Pods and ResourceQuotas; nothing here talks to
-the API except `explain/api.py`. The flow:
+the API except `explain/api.py` (one read) and `watches.py` (the `cluster` command's
+list/watches, with `transitions.py` counting what they see go by). The flow:
 
     parse_node / parse_pod / parse_quota   API JSON → Node, Pod, Quota (objects.py)
     ClusterView.build(nodes, pods, quotas) what every node has allocated and free (view.py)

@@ -205,3 +205,28 @@ def render(
     for encoder, fmt, data, compressor, head in pending:
         rendered._finish(encoder, fmt, data, compressor, head)
     return rendered
+
+
+class FamiliesBody:
+    """Bodies of families built once (the cluster view's), each variant rendered on its first
+    request and kept: the cluster loop renders the text format before publishing, so the
+    common scrape only picks bytes."""
+
+    def __init__(self, families: Sequence[Family]) -> None:
+        self._families = _Families(families)
+        self._bodies: dict[tuple[str, bool], bytes] = {}
+
+    def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        key = (_without_escaping(content_type), gzipped)
+        body = self._bodies.get(key)
+        if body is None:
+            plain = self._bodies.get((key[0], False)) or encoder(self._families)
+            self._bodies[(key[0], False)] = plain
+            if gzipped:
+                compressor = _gzip()
+                body = compressor.compress(plain) + compressor.flush()
+                self._bodies[key] = body
+            else:
+                body = plain
+        return body, content_type

@@ -147,6 +147,9 @@ class CollectionLoop:
     def alive(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    def not_ready_reason(self) -> str:
+        return "NVML has not answered yet" if not self.ever_succeeded else "NVML is not answering"
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="collection")
 

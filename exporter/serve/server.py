@@ -1,13 +1,15 @@
 """HTTP serving: /metrics from pre-rendered bytes, a landing page, health and readiness.
 
-No handler here touches NVML or the kubelet; each reads the collection loop's latest result,
-so a scrape costs the same whatever the GPUs are doing.
+No handler here touches NVML, the kubelet or the API server; each reads the latest result of
+what is served (`Source`: the node's collection loop, or the cluster view's loop), so a scrape
+costs the same whatever the GPUs or the cluster are doing.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
@@ -17,7 +19,30 @@ from kube_gpu_exporter.exporter.exposition.families import device_labels
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 from kube_gpu_exporter.exporter.serve.middleware import headers_hook
 
-LOOP_KEY = web.AppKey("collection", CollectionLoop)
+
+class Body(Protocol):
+    """A result's exposition bodies (render.py's `Rendered` and `FamiliesBody`)."""
+
+    def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]: ...
+
+
+class Source(Protocol):
+    """What the server reads of what it serves: the latest bodies, liveness and readiness,
+    and why it is not ready (shown in /readyz's 503)."""
+
+    @property
+    def latest(self) -> Body | None: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def not_ready_reason(self) -> str: ...
+
+
+LOOP_KEY: web.AppKey[Source] = web.AppKey("collection")
 
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
@@ -108,8 +133,7 @@ async def readyz(request: web.Request) -> web.Response:
     loop = request.app[LOOP_KEY]
     if loop.ready:
         return web.Response(text="ready\n")
-    reason = "NVML has not answered yet" if not loop.ever_succeeded else "NVML is not answering"
-    return web.Response(status=503, text=f"not ready: {reason}\n")
+    return web.Response(status=503, text=f"not ready: {loop.not_ready_reason()}\n")
 
 
 def _rows(loop: CollectionLoop) -> Iterable[str]:
@@ -138,20 +162,27 @@ async def landing(request: web.Request) -> web.Response:
 </head><body>
 <h1>kube-gpu-exporter {html.escape(__version__)}</h1>
 <p><a href="{path}">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Ready</a></p>
-<h2>Devices on this node</h2>
+{_section(loop)}</body></html>
+"""
+    return web.Response(text=page, content_type="text/html")
+
+
+def _section(loop: Source) -> str:
+    """The node's devices; the cluster view (no devices of its own) says what it serves."""
+    if not isinstance(loop, CollectionLoop):
+        return "<h2>Cluster view</h2>\n<p>GPU capacity and why GPU pods wait, cluster-wide.</p>\n"
+    return f"""<h2>Devices on this node</h2>
 <table><tr><th>GPU</th><th>UUID</th><th>Model</th><th>MIG profile</th><th>PCI bus</th>
 <th>State</th></tr>
 {"".join(_rows(loop))}
-</table></body></html>
-"""
-    return web.Response(text=page, content_type="text/html")
+</table>"""
 
 
 PATH_KEY = web.AppKey("telemetry_path", str)
 
 
 def build_app(
-    loop: CollectionLoop,
+    loop: Source,
     telemetry_path: str = "/metrics",
     max_requests: int = 40,
     middlewares: Iterable[Middleware] = (),

@@ -177,7 +177,8 @@ def test_gzip_body_is_the_same_exposition() -> None:
 
 def test_catalog_names_follow_prometheus_conventions() -> None:
     for metric in catalog.ALL_METRICS:
-        assert metric.name.startswith(("nvidia_gpu_", "kube_gpu_exporter_"))
+        prefixes = ("kube_gpu_",) if metric.scope is catalog.Scope.CLUSTER else ()
+        assert metric.name.startswith(("nvidia_gpu_", "kube_gpu_exporter_", *prefixes))
         if metric.type is catalog.MetricType.COUNTER:
             assert metric.name.endswith("_total")
         if metric.unit:

@@ -1,0 +1,166 @@
+"""The cluster view's metrics: what `kube-gpu-exporter cluster` serves, one process per
+cluster, from its watches of nodes, pods and ResourceQuotas.
+
+They answer "why does my GPU pod wait?" where the node exporter cannot: pending GPU pods by
+reason (classify.py's precedence), how long the oldest has waited, free devices per node as
+the scheduler counts them, the largest request that could schedule now per GPU product and
+how fragmented the free devices are, and the namespaces' GPU quotas. The `kube_gpu_` prefix
+(not `kube_gpu_exporter_`) marks cluster-scoped facts, as kube-state-metrics' `kube_` does;
+the cluster process's own health is `kube_gpu_cluster_*`.
+"""
+
+from __future__ import annotations
+
+from kube_gpu_exporter.exporter.catalog.metric import Metric, MetricType, Scope
+
+G, C, H = MetricType.GAUGE, MetricType.COUNTER, MetricType.HISTOGRAM
+K = Scope.CLUSTER
+PRODUCT_LABELS = ("gpu_product", "resource")
+NODE_LABELS = ("node", "resource", "gpu_product")
+
+PENDING_PODS = Metric(
+    "kube_gpu_pending_pods",
+    G,
+    "",
+    "GPU pods waiting for the scheduler, by the first reason that holds (gated, "
+    "awaiting_preemption, not_advertised, fragmented, taint_not_tolerated, "
+    "gpu_type_unavailable, affinity_unmatched, insufficient_gpus, other).",
+    K,
+    ("namespace", "resource", "gpu_product", "reason"),
+)
+PENDING_SECONDS = Metric(
+    "kube_gpu_pending_seconds",
+    G,
+    "seconds",
+    "Age of the oldest GPU pod of the namespace that waits for the scheduler.",
+    K,
+    ("namespace",),
+)
+NODE_ALLOCATABLE = Metric(
+    "kube_gpu_node_allocatable_devices",
+    G,
+    "",
+    "GPU devices the node advertises as allocatable for the resource.",
+    K,
+    NODE_LABELS,
+)
+NODE_ALLOCATED = Metric(
+    "kube_gpu_node_allocated_devices",
+    G,
+    "",
+    "GPU devices the requests of the node's bound, not ended pods take.",
+    K,
+    NODE_LABELS,
+)
+NODE_FREE = Metric(
+    "kube_gpu_node_free_devices",
+    G,
+    "",
+    "GPU devices of the node no bound pod requests (allocatable minus allocated, at least 0).",
+    K,
+    NODE_LABELS,
+)
+LARGEST_REQUEST = Metric(
+    "kube_gpu_largest_schedulable_request",
+    G,
+    "",
+    "The most devices of the resource one standard GPU pod could get now: the largest free "
+    "block on a Ready, schedulable node whose taints it tolerates and that has CPU and memory "
+    "left.",
+    K,
+    PRODUCT_LABELS,
+)
+FRAGMENTATION = Metric(
+    "kube_gpu_fragmentation_ratio",
+    G,
+    "ratio",
+    "1 - largest free block / total free devices on the eligible nodes; 0 when nothing is "
+    "free or all of it sits on one node.",
+    K,
+    PRODUCT_LABELS,
+)
+QUOTA_HARD = Metric(
+    "kube_gpu_quota_hard",
+    G,
+    "",
+    "A ResourceQuota's limit on a GPU resource's requests.",
+    K,
+    ("namespace", "quota", "resource"),
+)
+QUOTA_USED = Metric(
+    "kube_gpu_quota_used",
+    G,
+    "",
+    "What the namespace's pods request of a GPU resource, as the ResourceQuota counts it.",
+    K,
+    ("namespace", "quota", "resource"),
+)
+SCHEDULING_WAIT = Metric(
+    "kube_gpu_scheduling_wait_seconds",
+    H,
+    "seconds",
+    "How long GPU pods waited to be scheduled (PodScheduled's transition minus creation), "
+    "observed when a watched pod goes from pending to bound.",
+    K,
+    ("namespace", "resource"),
+)
+DISRUPTIONS = Metric(
+    "kube_gpu_pod_disruptions_total",
+    C,
+    "",
+    "GPU pods disrupted, once per pod, by the DisruptionTarget condition's reason (evicted, "
+    "preempted, taint_manager, node_lost, kubelet, other).",
+    K,
+    ("namespace", "resource", "reason"),
+)
+WATCH_UP = Metric(
+    "kube_gpu_cluster_watch_up",
+    G,
+    "",
+    "1 while the list/watch of the resource (nodes, pods, resourcequotas) is current, 0 while "
+    "it fails and the view is built from its last objects.",
+    K,
+    ("resource",),
+)
+WATCH_ERRORS = Metric(
+    "kube_gpu_cluster_watch_errors_total",
+    C,
+    "",
+    "Failed lists and watches of the resource, by kind (connection, timeout, gone, "
+    "server_error, other).",
+    K,
+    ("resource", "kind"),
+)
+BUILD_DURATION = Metric(
+    "kube_gpu_cluster_build_duration_seconds",
+    G,
+    "seconds",
+    "Wall time of building the view and classifying its pending pods, this cycle.",
+    K,
+)
+WATCHED_OBJECTS = Metric(
+    "kube_gpu_cluster_watched_objects",
+    G,
+    "",
+    "Objects of the resource the view holds (pods: those not ended).",
+    K,
+    ("resource",),
+)
+
+CLUSTER_METRICS: tuple[Metric, ...] = (
+    PENDING_PODS,
+    PENDING_SECONDS,
+    NODE_ALLOCATABLE,
+    NODE_ALLOCATED,
+    NODE_FREE,
+    LARGEST_REQUEST,
+    FRAGMENTATION,
+    QUOTA_HARD,
+    QUOTA_USED,
+    SCHEDULING_WAIT,
+    DISRUPTIONS,
+    WATCH_UP,
+    WATCH_ERRORS,
+    BUILD_DURATION,
+    WATCHED_OBJECTS,
+)

@@ -1,0 +1,151 @@
+"""The cluster mode's watches: every node, every pod that has not ended and every
+ResourceQuota, kept current by `ListWatch` (410 relist, backoff, health) in three threads.
+
+Each object is parsed into the slim values of objects.py as it arrives, so what is held is
+a few hundred bytes per pod whatever its spec. Pods that cannot matter are not held at all:
+ended pods (the server filters them out, and one that ends leaves the watch) and pods that
+wait for the scheduler without requesting a GPU (they hold nothing on any node).
+
+The watch threads replace entries of their dicts; `objects()` copies the values in one C-level
+call, which the GIL makes atomic with respect to those threads, so the view is built from a
+consistent list per resource without a lock on the event path.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
+from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
+from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.kubernetes.client import api_client
+from kube_gpu_exporter.exporter.kubernetes.list_watch import WATCH_SECONDS, ListWatch
+
+ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
+NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
+RESOURCES: Final = (NODES, PODS, QUOTAS)
+
+T = TypeVar("T")
+PodObserver = Callable[[Pod], None]
+
+
+class _Held(Generic[T]):
+    """One resource's objects by key, as its watch last published them."""
+
+    def __init__(self) -> None:
+        self.items: Mapping[str, T] = {}
+        self.listed = False
+
+    def publish(self, items: Mapping[str, T]) -> None:
+        self.items = items  # the watch's own dict: read with `values()` below
+        self.listed = True
+
+    def values(self) -> tuple[T, ...]:
+        return tuple(self.items.values())  # one C call: atomic under the GIL
+
+
+@dataclass(frozen=True)
+class Objects:
+    """What the watches hold at one moment."""
+
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    quotas: tuple[Quota, ...]
+
+
+class ClusterWatches:
+    """Nodes, active pods and quotas of the whole cluster. `observe` is called with every pod
+    as parsed (from the watch threads) before it is held or dropped: the scheduling-wait and
+    disruption counters see each transition there (transitions.py)."""
+
+    def __init__(
+        self,
+        kubeconfig: str | None,
+        settings: ClusterSettings,
+        *,
+        observe: PodObserver | None = None,
+        timeout: float = 10.0,
+        watch_seconds: int = WATCH_SECONDS,
+    ) -> None:
+        import kubernetes
+
+        self._client = api_client(kubeconfig)
+        self._settings = settings
+        self._observe = observe
+        core = kubernetes.client.CoreV1Api(self._client)
+        self._nodes: _Held[Node] = _Held()
+        self._pods: _Held[Pod] = _Held()
+        self._quotas: _Held[Quota] = _Held()
+        options: dict[str, Any] = {"timeout": timeout, "watch_seconds": watch_seconds}
+        self.watches: dict[str, ListWatch[Any]] = {
+            NODES: ListWatch(NODES, core.list_node, _node, self._nodes.publish, **options),
+            PODS: ListWatch(
+                PODS,
+                functools.partial(core.list_pod_for_all_namespaces, field_selector=ACTIVE_PODS),
+                self._pod,
+                self._pods.publish,
+                **options,
+            ),
+            QUOTAS: ListWatch(
+                QUOTAS,
+                core.list_resource_quota_for_all_namespaces,
+                functools.partial(_quota, settings=settings),
+                self._quotas.publish,
+                **options,
+            ),
+        }
+
+    def start(self) -> None:
+        for watch in self.watches.values():
+            watch.start()
+
+    def stop(self) -> None:
+        """Stops the three watches side by side (each may take its `STOP_WAIT_SECONDS`)."""
+        threads = [
+            threading.Thread(target=watch.stop, name=f"stop-{name}", daemon=True)
+            for name, watch in self.watches.items()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self._client.close()
+
+    @property
+    def listed(self) -> bool:
+        """Every resource has been listed once: the view is complete from here on."""
+        return self._nodes.listed and self._pods.listed and self._quotas.listed
+
+    def objects(self) -> Objects:
+        return Objects(self._nodes.values(), self._pods.values(), self._quotas.values())
+
+    def up(self) -> dict[str, bool]:
+        return {name: watch.up for name, watch in self.watches.items()}
+
+    def errors_total(self) -> dict[str, dict[str, int]]:
+        return {name: watch.errors_total for name, watch in self.watches.items()}
+
+    def _pod(self, obj: Mapping[str, Any]) -> tuple[str, Pod | None] | None:
+        pod = parse_pod(obj)
+        if pod is None:
+            return None
+        if self._observe is not None:
+            self._observe(pod)
+        key = f"{pod.namespace}/{pod.name}"
+        if pod.terminated or (pod.unscheduled and not self._settings.gpu_part(pod.requests)):
+            return key, None
+        return key, pod
+
+
+def _node(obj: Mapping[str, Any]) -> tuple[str, Node] | None:
+    node = parse_node(obj)
+    return None if node is None else (node.name, node)
+
+
+def _quota(obj: Mapping[str, Any], settings: ClusterSettings) -> tuple[str, Quota] | None:
+    quota = parse_quota(obj, settings)
+    return None if quota is None else (f"{quota.namespace}/{quota.name}", quota)

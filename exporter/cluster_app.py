@@ -1,0 +1,117 @@
+"""`kube-gpu-exporter cluster`: the cluster view's exporter, one replica per cluster.
+
+It watches every node, active pod and ResourceQuota (cluster/watches.py), builds the view on
+its own interval (serve/cluster_loop.py) and serves the result through the same stack as
+`serve` (serve/site.py: web flags, TLS and basic auth from the web config, limits), on its
+own port, 19401 by default, so that it can run beside a node exporter on one host. The
+kubernetes client is imported only when the command runs. Bad input (flags, a web config,
+a kubeconfig, a port in use) is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any, Final
+
+from kube_gpu_exporter.exporter import logs
+from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.serve.flags import add_web_flags, duration_flag, interval
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT: Final = 19401  # the node exporter's 19400 plus one
+EXIT_USAGE: Final = 2
+SHUTDOWN_SECONDS: Final = 4.5
+
+
+def register(commands: Any) -> None:
+    """Add `cluster` to the CLI's subcommands (`commands` is argparse's subparsers action)."""
+    parser = commands.add_parser(
+        "cluster",
+        help="serve the cluster's GPU capacity and why GPU pods wait (one replica per cluster)",
+    )
+    add_web_flags(parser, DEFAULT_PORT)
+    duration_flag(
+        parser,
+        "--cluster.interval",
+        "interval",
+        15.0,
+        "how often to rebuild the view from the watched objects; at least 100ms",
+        parse=interval,
+    )
+    parser.add_argument(
+        "--kubernetes.kubeconfig",
+        dest="kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use instead of the in-cluster service account",
+    )
+    parser.add_argument(
+        "--cluster.gpu-resource",
+        dest="gpu_resources",
+        action="append",
+        metavar="PATTERN",
+        help="extended resource names that are GPUs, as shell patterns; repeatable (default "
+        "nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*)",
+    )
+    parser.add_argument(
+        "--cluster.gpu-type-label",
+        dest="gpu_type_labels",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a node label whose value names a GPU type, beside nvidia.com/gpu.product and "
+        "the other defaults; repeatable",
+    )
+    parser.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
+    parser.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    try:
+        asyncio.run(_serve(args))
+    except InputError as exc:
+        print(f"kube-gpu-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from kube_gpu_exporter.exporter.cluster.settings import DEFAULT_SETTINGS, ClusterSettings
+    from kube_gpu_exporter.exporter.cluster.transitions import Transitions
+    from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
+    from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
+    from kube_gpu_exporter.exporter.serve.site import served_at, start_site, stop_on_signals
+    from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config
+
+    web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
+    settings = ClusterSettings(
+        gpu_resources=tuple(args.gpu_resources or DEFAULT_SETTINGS.gpu_resources),
+        gpu_type_labels=(*DEFAULT_SETTINGS.gpu_type_labels, *args.gpu_type_labels),
+    )
+    transitions = Transitions(settings)
+    watches = ClusterWatches(args.kubeconfig, settings, observe=transitions.observe)
+    loop = ClusterLoop(watches, settings, args.interval, transitions)
+    try:
+        runner = await start_site(args, web_config, loop)
+    except InputError:
+        watches.stop()
+        raise
+    stop = stop_on_signals()
+    watches.start()
+    loop.start()
+    log.info("serving the cluster view on %s", served_at(args, web_config))
+    await stop.wait()
+    log.info("shutting down")
+
+    async def steps() -> None:
+        await asyncio.gather(runner.cleanup(), loop.stop())
+        await asyncio.get_running_loop().run_in_executor(None, watches.stop)
+
+    try:
+        await asyncio.wait_for(steps(), SHUTDOWN_SECONDS)
+    except TimeoutError:
+        log.warning("shutdown did not finish within %.0fs; exiting now", SHUTDOWN_SECONDS)

@@ -1,0 +1,156 @@
+"""The cluster view's loop: on its own interval, build the view from what the watches hold,
+classify the pending GPU pods, build the families and render them, off the event loop.
+
+As with the node's collection loop, a scrape never waits for this: it serves `latest`,
+replaced by one assignment at the end of each cycle. Building is pure CPU over slim values
+(tens of milliseconds for thousands of pods), run in a daemon thread so the event loop keeps
+answering scrapes meanwhile. Metrics are served from the first cycle after every watch has
+listed once; before that /metrics and /readyz answer 503, since a half-listed cluster
+would report pods pending on nodes the view does not know yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.cluster.transitions import Transitions
+from kube_gpu_exporter.exporter.cluster.view import ClusterView
+from kube_gpu_exporter.exporter.cluster.watches import Objects
+from kube_gpu_exporter.exporter.exposition.cluster_families import (
+    ClusterState,
+    WatchHealth,
+    cluster_families,
+)
+from kube_gpu_exporter.exporter.exposition.render import FamiliesBody
+
+log = logging.getLogger(__name__)
+
+TEXT_ACCEPT = ""  # what curl and Prometheus' fallback ask: rendered before publishing
+
+
+class Watches(Protocol):
+    """What the loop reads of the watches (cluster/watches.py's ClusterWatches)."""
+
+    @property
+    def listed(self) -> bool: ...
+
+    def objects(self) -> Objects: ...
+
+    def up(self) -> dict[str, bool]: ...
+
+    def errors_total(self) -> dict[str, dict[str, int]]: ...
+
+
+class ClusterLoop:
+    """Builds and renders the cluster view every `interval` seconds, with what
+    `transitions` counted from the pod watch (read, and pruned, once per cycle)."""
+
+    def __init__(
+        self,
+        watches: Watches,
+        settings: ClusterSettings,
+        interval: float,
+        transitions: Transitions | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._watches = watches
+        self._settings = settings
+        self._interval = interval
+        self._transitions = transitions
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self.latest: FamiliesBody | None = None
+        self.cycles = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def ready(self) -> bool:
+        """Ready once a complete view has been rendered (every resource listed)."""
+        return self.latest is not None
+
+    def not_ready_reason(self) -> str:
+        return "the nodes, pods and resourcequotas have not all been listed yet"
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-view")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            if self._watches.listed:
+                try:
+                    self.latest = await _in_thread(self.cycle)
+                except Exception:  # a bug in one cycle must not end the loop
+                    log.exception("cluster view cycle failed")
+            elapsed = time.monotonic() - started
+            wait = self._interval if self.latest is not None else min(self._interval, 0.2)
+            await asyncio.sleep(max(0.0, wait - elapsed))
+
+    def cycle(self) -> FamiliesBody:
+        """One build → classify → render of the view. Runs off the event loop."""
+        started = time.monotonic()
+        objects = self._watches.objects()
+        transitions = None
+        if self._transitions is not None:
+            present = (f"{pod.namespace}/{pod.name}" for pod in objects.pods)
+            self._transitions.forget(present, started)
+            transitions = self._transitions.snapshot()
+        view = ClusterView.build(objects.nodes, objects.pods, objects.quotas, self._settings)
+        counts = {
+            "nodes": len(objects.nodes),
+            "pods": len(objects.pods),
+            "resourcequotas": len(objects.quotas),
+        }
+        errors = self._watches.errors_total()
+        health = {
+            name: WatchHealth(up, errors.get(name, {}), counts.get(name, 0))
+            for name, up in self._watches.up().items()
+        }
+        state = ClusterState(view, health, self._clock(), started, transitions)
+        body = FamiliesBody(list(cluster_families(state)))
+        body.body(TEXT_ACCEPT, gzipped=False)
+        self.cycles += 1
+        return body
+
+
+async def _in_thread(call: Callable[[], FamiliesBody]) -> FamiliesBody:
+    """Run `call` in a fresh daemon thread: never joined at exit, so SIGTERM is never held
+    by a long build."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[FamiliesBody] = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = call()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(_settle, future, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=run, name="cluster-view", daemon=True).start()
+    return await future
+
+
+def _settle(
+    future: asyncio.Future[FamiliesBody], result: FamiliesBody | None, exc: BaseException | None
+) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    elif result is not None:
+        future.set_result(result)

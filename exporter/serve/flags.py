@@ -1,0 +1,173 @@
+"""The flags every serving command shares: the web flags of `serve` and `cluster`, and the
+parsers of durations, intervals, ports and paths behind them.
+
+Both commands serve Prometheus metrics through the same stack (listener, TLS, basic auth,
+limits), so they take the same flags with the same checks: a bad value is one line and exit
+status 2 (argparse's error, which the CLI's parser keeps to one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import re
+from collections.abc import Callable
+
+from kube_gpu_exporter.exporter.input_errors import one_line, quoted
+from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS
+from kube_gpu_exporter.exporter.units import parse_duration, parse_port
+
+MIN_INTERVAL = 0.1  # seconds: --collector.interval, --kubelet.interval
+MAX_DURATION = 86400.0  # seconds: every duration flag
+# What the server answers itself (server.py): the landing page and the kubelet's probes.
+RESERVED_PATHS = PROBE_PATHS | {"/"}
+_URL_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """`host:port`, `:port` or `[v6]:port` → (host, port); an empty host means every address."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)} (use host:port)")
+    try:
+        port = parse_port(port_text)
+    except ValueError as exc:  # out of range: say so rather than "use host:port"
+        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}: {exc}") from None
+    host = host.removeprefix("[").removesuffix("]")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}") from None
+    return host, port
+
+
+def positive_duration(value: str) -> float:
+    """A duration above 0 and at most a day (a thread's wait overflows on 1e400 seconds)."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(one_line(str(exc))) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {quoted(value)}")
+    if seconds > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"must be at most 24h: {quoted(value)}")
+    return seconds
+
+
+def interval(value: str) -> float:
+    """How often to do something: at least 100ms (at 1ms collection took 95 % of a core)."""
+    seconds = positive_duration(value)
+    if seconds < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"must be at least 100ms: {quoted(value)}")
+    return seconds
+
+
+def telemetry_path(value: str) -> str:
+    """A plain URL path the server answers with nothing else. A probe path would serve the
+    metrics without auth (probes skip it for the kubelet); `{` makes an aiohttp pattern."""
+    if not value.startswith("/"):
+        raise argparse.ArgumentTypeError(f"must start with '/': {quoted(value)}")
+    if value in RESERVED_PATHS:
+        reserved = ", ".join(sorted(RESERVED_PATHS))
+        raise argparse.ArgumentTypeError(f"{value} is the exporter's own (reserved: {reserved})")
+    if not _URL_PATH.fullmatch(value) or {".", ".."} & set(value.split("/")):
+        raise argparse.ArgumentTypeError(
+            f"not a plain URL path: {quoted(value)} (segments of letters, digits and "
+            "-._~!$&'()*+,;=:@ between single slashes)"
+        )
+    return value
+
+
+def non_negative_int(value: str) -> int:
+    if not (value.isascii() and value.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a non-negative integer: {value!r}")
+    return int(value)
+
+
+def positive_int(value: str) -> int:
+    if not (value.isascii() and value.isdigit()) or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {value!r}")
+    return int(value)
+
+
+def duration_flag(
+    group: argparse._ActionsContainer,
+    flag: str,
+    dest: str,
+    default: float,
+    help: str,
+    parse: Callable[[str], float] = positive_duration,
+) -> None:
+    """A duration flag ("5s", "1m30s"); its help ends with the default, as every flag's does.
+    `parse` is `interval` for how-often flags (at least 100ms)."""
+    group.add_argument(
+        flag,
+        dest=dest,
+        type=parse,
+        default=default,
+        metavar="DURATION",
+        help=f"{help} (default {default:g}s)",
+    )
+
+
+def add_web_flags(serve: argparse.ArgumentParser, default_port: int) -> None:
+    """The exporter-toolkit style web flags: address, path, web config (TLS, basic auth),
+    request and connection limits, timeouts."""
+    serve.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=("", default_port),
+        metavar="HOST:PORT",
+        help=f"address to serve on (default :{default_port})",
+    )
+    serve.add_argument(
+        "--web.telemetry-path",
+        dest="telemetry_path",
+        type=telemetry_path,
+        default="/metrics",
+        help="path of the metrics (default /metrics)",
+    )
+    serve.add_argument(
+        "--web.config.file",
+        dest="web_config",
+        metavar="FILE",
+        help="exporter-toolkit web config: TLS and bcrypt basic auth",
+    )
+    serve.add_argument(
+        "--web.max-requests",
+        dest="max_requests",
+        type=non_negative_int,
+        default=40,
+        help="concurrent requests beyond which the server answers 503; 0 for no limit (default 40)",
+    )
+    serve.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=positive_int,
+        default=256,
+        help="open connections beyond which new ones are closed at once (default 256)",
+    )
+    duration_flag(
+        serve,
+        "--web.read-header-timeout",
+        "read_header_timeout",
+        10.0,
+        "how long a request's headers may take to arrive, from its first byte (from the "
+        "accept for a connection's first request); a slower client is disconnected",
+    )
+    duration_flag(
+        serve,
+        "--web.idle-timeout",
+        "idle_timeout",
+        120.0,
+        "how long a keep-alive connection may wait for its next request",
+    )
+    duration_flag(
+        serve,
+        "--web.write-timeout",
+        "write_timeout",
+        30.0,
+        "how long a client may leave a response unread before it is disconnected",
+    )

@@ -1,0 +1,67 @@
+"""Putting an app on the listening socket from the web flags, and waiting for SIGTERM.
+
+`serve` (the node's exporter) and `cluster` (the cluster view) serve through the same stack:
+the web config's basic auth and headers, the concurrency bound, the connection limits and
+TLS of the listener. Both start it here, so a fix to one is a fix to both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from aiohttp import web
+
+from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
+from kube_gpu_exporter.exporter.serve.listener import Listener
+from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, Source, build_app
+from kube_gpu_exporter.exporter.serve.web_config import WebConfig, web_middlewares
+
+# In-flight responses are pre-rendered bytes: a second drains them.
+DRAIN_SECONDS = 1.0
+
+
+async def start_site(
+    args: argparse.Namespace, web_config: WebConfig, source: Source
+) -> web.AppRunner:
+    """Serve `source` as the web flags (`add_web_flags`) and the web config say; the runner
+    to clean up at exit. A port in use or an address not ours is an InputError (exit 2)."""
+    middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
+    app = build_app(source, args.telemetry_path, args.max_requests, middlewares, web_config.headers)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=DRAIN_SECONDS
+    )
+    await runner.setup()
+    host, port = args.listen
+    limits = ConnectionLimits(
+        read_header_timeout=args.read_header_timeout,
+        idle_timeout=args.idle_timeout,
+        write_timeout=args.write_timeout,
+        max_connections=args.max_connections,
+    )
+    site = Listener(runner, host, port, limits, ssl_context=web_config.ssl_context)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        shown = f"{host}:{port}" if host else f":{port}"
+        raise InputError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
+    return runner
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (the pod's deletion, or Ctrl-C)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def served_at(args: argparse.Namespace, web_config: WebConfig) -> str:
+    """The metrics' URL, for the start's log line."""
+    host, port = args.listen
+    scheme = "https" if web_config.ssl_context else "http"
+    return f"{scheme}://{host or '0.0.0.0'}:{port}{args.telemetry_path}"
