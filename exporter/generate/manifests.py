@@ -1,7 +1,8 @@
 """The cluster manifests `generate` writes next to the rules: Namespace, ServiceAccount, RBAC,
 a ResourceQuota for the priority class, the DaemonSet (daemonset.py), a headless Service, a
-ServiceMonitor, and a kustomization.yaml that applies them with the PrometheusRule and the
-dashboard ConfigMaps in one `kubectl apply -k deploy/`.
+ServiceMonitor, the cluster view's Deployment and RBAC (cluster_deployment.py), and a
+kustomization.yaml that applies them with the PrometheusRule and the dashboard ConfigMaps in
+one `kubectl apply -k deploy/`.
 
 They are functions of the same config as the rules, so what the rules select (the job, the node
 label) is what the ServiceMonitor produces, and a test can prove it.
@@ -13,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kube_gpu_exporter.exporter.generate.cluster_deployment import CLUSTER_NOTES, cluster_dicts
 from kube_gpu_exporter.exporter.generate.daemonset import (
     NAME,
     PORT,
@@ -244,4 +246,5 @@ def manifest_files(cfg: Config) -> dict[str, str]:
             [servicemonitor_dict(cfg)],
             _SERVICEMONITOR_NOTES | (_JOB_NOTE if exporter_job(cfg) != NAME else {}),
         ),
+        "cluster.yaml": _file(cluster_dicts(cfg), CLUSTER_NOTES),
     }

@@ -33,6 +33,7 @@ BUILTIN_KINDS = {
     "ClusterRoleBinding",
     "ResourceQuota",
     "DaemonSet",
+    "Deployment",  # the cluster view (cluster.yaml)
     "Service",
     "ConfigMap",
 }
@@ -55,6 +56,9 @@ deployment:
 """
 
 
+CLUSTER_FILE = "cluster.yaml"
+
+
 class Deploy:
     """One config's generated files, parsed, with its objects by kind."""
 
@@ -67,16 +71,19 @@ class Deploy:
             if name.endswith(".yaml")
         }
 
-    def objects(self) -> list[dict[str, Any]]:
+    def objects(self, cluster: bool | None = None) -> list[dict[str, Any]]:
+        """Every object; `cluster` True: only cluster.yaml's (the cluster view), False: only
+        the node exporter's."""
         return [
             doc
-            for docs in self.files.values()
+            for name, docs in self.files.items()
+            if cluster is None or (name == CLUSTER_FILE) is cluster
             for doc in docs
             if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc
         ]
 
-    def one(self, kind: str) -> dict[str, Any]:
-        found = [o for o in self.objects() if o["kind"] == kind]
+    def one(self, kind: str, cluster: bool = False) -> dict[str, Any]:
+        found = [o for o in self.objects(cluster) if o["kind"] == kind]
         assert len(found) == 1, (kind, len(found))
         return found[0]
 
@@ -479,3 +486,52 @@ def test_bad_deployment_settings_are_one_line_errors(text: str, message: str) ->
     assert "\n" not in error and error.startswith("t.yaml: ")
     assert message in error, error
     assert re.search(r"\(got .+\)$", error), error
+
+
+@BOTH
+def test_cluster_view_deployment(deploy: Deploy) -> None:
+    """`cluster`'s Deployment: one replica, args the CLI parses, its own port, read-only RBAC
+    on what the view watches, a Service that selects it and not the node exporter."""
+    from kube_gpu_exporter.exporter import cluster_app
+
+    deployment = deploy.one("Deployment", cluster=True)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "cluster"
+    (port,) = container["ports"]
+    assert args.listen == ("", port["containerPort"]) == ("", cluster_app.DEFAULT_PORT)
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": port["name"]}
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert "volumeMounts" not in container and "hostPID" not in pod["spec"]
+
+    account = deploy.one("ServiceAccount", cluster=True)
+    assert pod["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    role = deploy.one("ClusterRole", cluster=True)
+    binding = deploy.one("ClusterRoleBinding", cluster=True)
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": deploy.cfg.deployment.namespace,
+        }
+    ]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "nodes", "resourcequotas", "events"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    service = deploy.one("Service", cluster=True)
+    labels = pod["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"][0]["port"] == cluster_app.DEFAULT_PORT
+    node_pods = deploy.one("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= node_pods.items()
+    monitor = deploy.one("ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    assert not monitor.items() <= labels.items(), "the node ServiceMonitor must not scrape it"
