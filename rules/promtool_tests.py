@@ -16,7 +16,7 @@ from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.rules.alerts import BY_NAME
 from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.config import Config
-from kube_gpu_exporter.rules.model import AlertRule
+from kube_gpu_exporter.rules.model import AlertRule, RuleGroup
 from kube_gpu_exporter.rules.promtool_cases import Case, Series, World, s, steady, uuid
 from kube_gpu_exporter.rules.record_names import names
 from kube_gpu_exporter.rules.render import HEADER, dump_yaml, runbook_url
@@ -103,10 +103,22 @@ def _group(cfg: Config, alert: AlertRule, case: Case) -> dict[str, Any]:
     return {"interval": "1m", "input_series": _input_series(case.series), "alert_rule_test": tests}
 
 
-def tests_file(cfg: Config, alerts: tuple[AlertRule, ...], rules_file: str) -> str:
-    """The promtool test file for `alerts` (the enabled ones), next to `rules_file`."""
+def tests_file(cfg: Config, rule_groups: tuple[RuleGroup, ...], rules_file: str) -> str:
+    """The promtool test file for the alerts of `rule_groups` (the enabled ones), next to
+    `rules_file`.
+
+    The groups are evaluated in file order (`group_eval_order`): promtool otherwise
+    evaluates them in Go's random map order, so an alert reading a recorded series would see
+    it one evaluation late in some runs and not in others."""
     w = World(cfg)
+    alerts = tuple(a for g in rule_groups for a in g.alerts)
     groups = [_group(cfg, a, BY_NAME[a.name].case(w)) for a in alerts]
     groups.append(recording_case(cfg, w))
-    doc = {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": groups}
+
+    doc = {
+        "rule_files": [rules_file],
+        "evaluation_interval": "1m",
+        "group_eval_order": [g.name for g in rule_groups],
+        "tests": groups,
+    }
     return HEADER + dump_yaml(doc)

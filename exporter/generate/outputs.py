@@ -32,13 +32,12 @@ DASHBOARDS_DIR = "dashboards"
 def render_outputs(cfg: Config) -> dict[str, str]:
     """Every file under the output folder, by relative path, in a stable order."""
     groups = (*recording_groups(cfg), *alert_groups(cfg))
-    alerts = tuple(a for g in groups for a in g.alerts)
     manifests = manifest_files(cfg)
     out = {
         **manifests,
         PROMETHEUS_RULE: prometheus_rule(cfg, groups),
         RULES_FILE: rules_file(cfg, groups),
-        "rules-test.yaml": tests_file(cfg, alerts, RULES_FILE),
+        "rules-test.yaml": tests_file(cfg, groups, RULES_FILE),
         # The inhibit_rules section for an Alertmanager configuration (not a Kubernetes object).
         INHIBIT_RULES: HEADER + dump_yaml({"inhibit_rules": inhibit_rules(cfg)}),
     }
