@@ -2,7 +2,8 @@
 ResourceQuota, kept current by `ListWatch` (410 relist, backoff, health) in three threads.
 
 Each object is parsed into the slim values of objects.py as it arrives, so what is held is
-a few hundred bytes per pod whatever its spec. Pods that cannot matter are not held at all:
+a few hundred bytes per pod whatever its spec; lists are paged (`PAGE`), so the raw JSON of
+the whole cluster is never in memory at once either. Pods that cannot matter are not held at all:
 ended pods (the server filters them out, and one that ends leaves the watch) and pods that
 wait for the scheduler without requesting a GPU (they hold nothing on any node).
 
@@ -26,6 +27,9 @@ from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import WATCH_SECONDS, ListWatch
 
 ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
+# Lists come in pages of this many objects, so only one page of raw JSON is held at a time
+# (a real node object carries its image list, tens of KiB; a pod its whole spec).
+PAGE: Final = 500
 NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
 RESOURCES: Final = (NODES, PODS, QUOTAS)
 
@@ -80,7 +84,11 @@ class ClusterWatches:
         self._nodes: _Held[Node] = _Held()
         self._pods: _Held[Pod] = _Held()
         self._quotas: _Held[Quota] = _Held()
-        options: dict[str, Any] = {"timeout": timeout, "watch_seconds": watch_seconds}
+        options: dict[str, Any] = {
+            "timeout": timeout,
+            "watch_seconds": watch_seconds,
+            "page_size": PAGE,
+        }
         self.watches: dict[str, ListWatch[Any]] = {
             NODES: ListWatch(NODES, core.list_node, _node, self._nodes.publish, **options),
             PODS: ListWatch(

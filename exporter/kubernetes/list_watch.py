@@ -9,7 +9,9 @@ the HTTP response lets `stop()` abort a watch at once.
 
 List and watch follow client-go's reflector:
 - list with `resourceVersion=0` (served from the API server's watch cache, cheap when every
-  node's exporter relists at once after an API server restart), then watch from the list's
+  node's exporter relists at once after an API server restart) — or, with `page_size` (the
+  cluster mode's one process, which lists everything), in consistent pages of that many
+  objects, as client-go's pager does —, then watch from the list's
   resourceVersion with bookmarks; a watch that ends normally is resumed from the last seen
   resourceVersion, without a relist;
 - 410 Gone (expired resourceVersion; an HTTP 410 or an ERROR event with code 410) → relist at
@@ -80,6 +82,7 @@ class ListWatch(Generic[T]):
         timeout: float = 10.0,
         watch_seconds: int = WATCH_SECONDS,
         on_stop: Callable[[], None] | None = None,
+        page_size: int | None = None,
     ) -> None:
         self.name = name
         self._request = request
@@ -88,6 +91,7 @@ class ListWatch(Generic[T]):
         self._timeout = timeout
         self._watch_seconds = watch_seconds
         self._on_stop = on_stop
+        self._page_size = page_size
         self._lock = threading.Lock()
         self._up = False
         self._served = True
@@ -180,9 +184,31 @@ class ListWatch(Generic[T]):
                 self._backoff = min(self._backoff * 2, BACKOFF_MAX_SECONDS)
 
     def _list(self, resource_version: str | None) -> tuple[dict[str, T], str]:
+        """The objects and the list's resourceVersion. With `page_size`, in pages read from
+        etcd (a consistent list: the watch cache's `resourceVersion=0` answers ignore
+        `limit`), so that only one page of raw JSON is in memory at a time, never the whole
+        cluster's pod specs at once."""
+        items: dict[str, T] = {}
         params: dict[str, Any] = {"_request_timeout": (self._timeout, self._timeout)}
-        if resource_version is not None:
+        if self._page_size is not None:
+            params["limit"] = self._page_size
+        elif resource_version is not None:
             params["resource_version"] = resource_version
+        while True:
+            body = self._page(params)
+            for obj in body.get("items") or []:
+                parsed = self._parse(obj if isinstance(obj, Mapping) else {})
+                if parsed is not None and parsed[1] is not None:
+                    items[parsed[0]] = parsed[1]
+            metadata = body.get("metadata")
+            metadata = metadata if isinstance(metadata, Mapping) else {}
+            token = metadata.get("continue")
+            if self._page_size is None or not token or self._stop.is_set():
+                return items, str(metadata.get("resourceVersion", ""))
+            del body
+            params["_continue"] = token
+
+    def _page(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         response = self._request(_preload_content=False, **params)
         try:
             _check_status(response)
@@ -192,14 +218,7 @@ class ListWatch(Generic[T]):
             raise
         finally:
             response.release_conn()
-        items: dict[str, T] = {}
-        for obj in body.get("items") or []:
-            parsed = self._parse(obj if isinstance(obj, Mapping) else {})
-            if parsed is not None and parsed[1] is not None:
-                items[parsed[0]] = parsed[1]
-        metadata = body.get("metadata")
-        version = metadata.get("resourceVersion", "") if isinstance(metadata, Mapping) else ""
-        return items, str(version)
+        return body if isinstance(body, Mapping) else {}
 
     def _watch(self, items: dict[str, T], version: str) -> str:
         """One watch request, applied to `items` as events arrive; returns the last

@@ -27,7 +27,7 @@ from cluster_objects import (
     make_quota,
     scenarios,
 )
-from kube_api_server import KubeApiServer
+from kube_api_server import PODS_PATH, KubeApiServer
 from support import Exporter, exporter_command, run_exporter, values, wait_until
 
 GPU = "nvidia.com/gpu"
@@ -263,3 +263,18 @@ def test_scheduling_wait_and_disruptions(api: KubeApiServer, tmp_path: Path) -> 
         assert values(exporter.metrics(), "kube_gpu_pod_disruptions_total", **preempted) == [1]
         # a pod already bound at start, and the pod with no GPU, gave no wait
         assert len(values(m, "kube_gpu_scheduling_wait_seconds_count")) == 1
+
+
+def test_lists_are_paged(api: KubeApiServer, tmp_path: Path) -> None:
+    """Only one page of raw JSON at a time: 1,100 pods come in three consistent pages."""
+    api.put_node(make_node("gpu-a", cpu="2000"))
+    for i in range(1100):
+        api.put(make_gpu_pod(f"p{i}", 0, "web", node="gpu-a", cpu="1"), notify=False)
+    with start(api, tmp_path) as exporter:
+        m = exporter.metrics()
+        assert values(m, "kube_gpu_cluster_watched_objects", resource="pods") == [1100]
+        assert values(m, "kube_gpu_node_allocated_devices", node="gpu-a") == [0]
+    pages = [r.params for r in api.lists(PODS_PATH)]
+    assert [p.get("limit") for p in pages] == ["500"] * 3
+    assert "resourceVersion" not in pages[0] and "continue" not in pages[0]
+    assert all(p.get("continue") for p in pages[1:])
