@@ -278,3 +278,22 @@ def test_lists_are_paged(api: KubeApiServer, tmp_path: Path) -> None:
     assert [p.get("limit") for p in pages] == ["500"] * 3
     assert "resourceVersion" not in pages[0] and "continue" not in pages[0]
     assert all(p.get("continue") for p in pages[1:])
+
+
+def test_web_config_basic_auth_as_serve(api: KubeApiServer, tmp_path: Path) -> None:
+    """The same serving stack as `serve`: the web config's basic auth guards /metrics, the
+    probes stay open."""
+    import base64
+
+    import bcrypt
+
+    seed(api)
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  alice: {hashed}\n")
+    with start(api, tmp_path, f"--web.config.file={web}") as exporter:
+        assert exporter.get("/metrics")[0] == 401
+        assert exporter.get("/healthz")[0] == 200
+        token = base64.b64encode(b"alice:s3cret").decode()
+        status, _, body = exporter.get("/metrics", Authorization=f"Basic {token}")
+        assert status == 200 and b"kube_gpu_pending_pods{" in body
