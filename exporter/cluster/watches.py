@@ -2,7 +2,7 @@
 ResourceQuota, kept current by `ListWatch` (410 relist, backoff, health) in three threads.
 
 Each object is parsed into the slim values of objects.py as it arrives, so what is held is
-a few hundred bytes per pod whatever its spec; lists are paged (`PAGE`), so the raw JSON of
+about 2 KiB per pod whatever its spec; lists are paged (`PAGE`), so the raw JSON of
 the whole cluster is never in memory at once either. Pods that cannot matter are not held at all:
 ended pods (the server filters them out, and one that ends leaves the watch) and pods that
 wait for the scheduler without requesting a GPU (they hold nothing on any node).

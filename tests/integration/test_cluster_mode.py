@@ -1,4 +1,4 @@
-"""`kube-gpu-exporter cluster` against the test API server over real HTTP: the issue's
+"""`kube-gpu-exporter cluster` against the test API server over real HTTP: the pending-pod
 scenarios seeded together in one cluster (fragmentation, a pod pinned to A100s with only
 H100s free, a tainted node, a Kueue-gated pod, a quota used up), the metrics it serves, and
 how watch events (a pod scheduled, a pod removed) change them."""
