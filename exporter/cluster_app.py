@@ -17,6 +17,7 @@ import sys
 from typing import Any, Final
 
 from kube_gpu_exporter.exporter import logs
+from kube_gpu_exporter.exporter.cluster.flags import add_gpu_flags
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.serve.flags import add_web_flags, duration_flag, interval
 
@@ -48,23 +49,7 @@ def register(commands: Any) -> None:
         metavar="FILE",
         help="kubeconfig to use instead of the in-cluster service account",
     )
-    parser.add_argument(
-        "--cluster.gpu-resource",
-        dest="gpu_resources",
-        action="append",
-        metavar="PATTERN",
-        help="extended resource names that are GPUs, as shell patterns; repeatable (default "
-        "nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*)",
-    )
-    parser.add_argument(
-        "--cluster.gpu-type-label",
-        dest="gpu_type_labels",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="a node label whose value names a GPU type, beside nvidia.com/gpu.product and "
-        "the other defaults; repeatable",
-    )
+    add_gpu_flags(parser, "cluster.")
     parser.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
     parser.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
 
@@ -80,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from kube_gpu_exporter.exporter.cluster.settings import DEFAULT_SETTINGS, ClusterSettings
+    from kube_gpu_exporter.exporter.cluster.flags import settings_from
     from kube_gpu_exporter.exporter.cluster.transitions import Transitions
     from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
     from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
@@ -88,10 +73,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config
 
     web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
-    settings = ClusterSettings(
-        gpu_resources=tuple(args.gpu_resources or DEFAULT_SETTINGS.gpu_resources),
-        gpu_type_labels=(*DEFAULT_SETTINGS.gpu_type_labels, *args.gpu_type_labels),
-    )
+    settings = settings_from(args)
     transitions = Transitions(settings)
     watches = ClusterWatches(args.kubeconfig, settings, observe=transitions.observe)
     loop = ClusterLoop(watches, settings, args.interval, transitions)

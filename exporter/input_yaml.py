@@ -38,13 +38,19 @@ MAX_DEPTH: Final = 64
 MAX_ALIAS_NODES: Final = 10_000
 _STANDARD_TAG: Final = "tag:yaml.org,2002:"
 
-__all__ = ["MAX_ALIAS_NODES", "MAX_BYTES", "MAX_DEPTH", "load_yaml", "parse_yaml"]
+__all__ = ["MAX_ALIAS_NODES", "MAX_BYTES", "MAX_DEPTH", "load_yaml", "parse_yaml", "read_input"]
 
 
 def load_yaml(path: str | Path, what: str = "") -> Any:
     """The document in the file at `path` (None for an empty file). `what` ("scenario", "web
     config") starts the label that every message names the file by."""
     label = f"{what} {path}" if what else str(path)
+    return parse_yaml(read_input(path, label), label)
+
+
+def read_input(path: str | Path, label: str) -> bytes:
+    """The bytes of an input file, at most MAX_BYTES: a larger one is refused before it is
+    parsed (the pure-Python parser reads about 100 KB/s)."""
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_BYTES + 1)
@@ -54,7 +60,7 @@ def load_yaml(path: str | Path, what: str = "") -> Any:
         raise InputError(f"cannot read {label}: {exc}") from None
     if len(data) > MAX_BYTES:
         raise InputError(f"{label}: larger than {MAX_BYTES >> 20} MiB, too large for an input file")
-    return parse_yaml(data, label)
+    return data
 
 
 def parse_yaml(data: bytes | str, label: str) -> Any:

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Any, Final
 
+from kube_gpu_exporter.exporter.cluster.flags import add_gpu_flags
+
 PROG: Final = "kube-gpu-exporter"
 EXIT_SCHEDULES, EXIT_WAITS, EXIT_USAGE = 0, 1, 2
 POD_PREFIXES: Final = ("pod/", "pods/", "po/")  # kubectl's TYPE/NAME form
@@ -51,23 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="kubeconfig to use (default $KUBECONFIG, ~/.kube/config, else in-cluster config)",
     )
-    parser.add_argument(
-        "--gpu-type-label",
-        dest="gpu_type_labels",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="a node label whose value names a GPU type, beside nvidia.com/gpu.product and "
-        "the other defaults; repeatable",
-    )
-    parser.add_argument(
-        "--gpu-resource",
-        dest="gpu_resources",
-        action="append",
-        metavar="PATTERN",
-        help="extended resource names that are GPUs, as shell patterns; repeatable (default "
-        "nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*)",
-    )
+    add_gpu_flags(parser)
     parser.add_argument(
         "--all-nodes", action="store_true", help="list every GPU node, not only the first 20"
     )
@@ -89,14 +75,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from kube_gpu_exporter.exporter.cluster.explain.manifest import load_manifest
     from kube_gpu_exporter.exporter.cluster.explain.report import render
-    from kube_gpu_exporter.exporter.cluster.settings import DEFAULT_SETTINGS, ClusterSettings
+    from kube_gpu_exporter.exporter.cluster.flags import settings_from
     from kube_gpu_exporter.exporter.cluster.view import ClusterView
     from kube_gpu_exporter.exporter.input_errors import InputError
 
-    settings = ClusterSettings(
-        gpu_resources=tuple(args.gpu_resources or DEFAULT_SETTINGS.gpu_resources),
-        gpu_type_labels=(*DEFAULT_SETTINGS.gpu_type_labels, *args.gpu_type_labels),
-    )
+    settings = settings_from(args)
     admitted = not args.filename
     try:
         name = _pod_name(args)

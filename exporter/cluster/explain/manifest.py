@@ -17,8 +17,8 @@ import yaml
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.parse import parse_pod
 from kube_gpu_exporter.exporter.input_errors import InputError, quoted, yaml_problem
+from kube_gpu_exporter.exporter.input_yaml import read_input
 
-MAX_BYTES: Final = 1 << 20  # a manifest is kilobytes; a bigger file is the wrong file
 MAX_DOCUMENTS: Final = 100
 TEMPLATE_KINDS: Final = frozenset(
     {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "ReplicationController"}
@@ -28,15 +28,7 @@ TEMPLATE_KINDS: Final = frozenset(
 def load_manifest(path: str, namespace: str) -> Pod:
     """The pod the manifest at `path` describes; `namespace` where the manifest names none."""
     label = f"manifest {path}"
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {label}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a NUL in the path
-        raise InputError(f"cannot read {label}: {exc}") from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"{label}: larger than {MAX_BYTES >> 20} MiB, not a manifest")
+    data = read_input(path, label)
     try:
         documents = list(_documents(data))
     except yaml.YAMLError as exc:
