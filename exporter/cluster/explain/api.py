@@ -21,13 +21,12 @@ from typing import Any, Final
 from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import classify, status_code, summary
 
-PAGE: Final = 500  # items per list call, as kubectl pages
 TIMEOUT: Final = (10.0, 60.0)  # seconds: connect, read
-ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
 DEFAULT_KUBECONFIG: Final = Path("~/.kube/config")
 
 
