@@ -157,20 +157,3 @@ class Query:
             f"or {self.on(self.device)}\n"
             f"(\n{device_expr}\n)"
         )
-
-    def pods_on(self, device_expr: str) -> str:
-        """`device_expr` (one series per device) once per pod allocated to the device, with the
-        pod's `namespace` and `pod`; devices no pod holds keep one series without them.
-
-        The pod side is the "many" side of the join, so a device shared by three pods yields
-        three series — one alert per pod — while the value stays the device's.
-        """
-        pods = agg("max", self.allocation, self.sel(c.ALLOCATION_INFO))
-        device = agg("max", self.device_display, device_expr)
-        return (
-            f"{pods}\n"
-            f"  * {self.on(self.device)} group_left ()\n"
-            f"  ({device_expr})\n"
-            f"or {self.on(self.device)}\n"
-            f"{device}"
-        )

@@ -108,16 +108,6 @@ def s(metric: c.Metric, labels: Labels, values: str) -> Series:
     return Series(metric.name, labels, values)
 
 
-def timeline(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check, ...]:
-    """Checks for a condition true from minute `start`: pending just before `for` has
-    elapsed (when there is a `for`), firing after."""
-    held = minutes(for_)
-    checks = [Check(start + held + 2, firing)]
-    if held:
-        checks.insert(0, Check(start + held - 1, ()))
-    return tuple(checks)
-
-
 # --- boundaries ----------------------------------------------------------------------------------
 # A case whose series sit comfortably past a threshold, checked minutes after `for`, passes
 # against a rule with the wrong threshold, `>=` for `>` or a `for` a minute off. Cases probe the
@@ -143,7 +133,7 @@ def edges(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check,
     """Checks on both edges of `for` for a condition true from minute `start`: nothing at the
     last minute before the alert may fire, exactly `firing` at the first minute `for` has
     held. A `for` one evaluation shorter fires at the first check; one longer misses the
-    second (which `timeline`, checking two minutes late, lets pass)."""
+    second (which a check two minutes late would let pass)."""
     held = minutes(for_)
     before = (Check(start + held - 1, ()),) if start + held else ()
     return (*before, Check(start + held, firing))

@@ -114,7 +114,6 @@ def tests_file(cfg: Config, rule_groups: tuple[RuleGroup, ...], rules_file: str)
     alerts = tuple(a for g in rule_groups for a in g.alerts)
     groups = [_group(cfg, a, BY_NAME[a.name].case(w)) for a in alerts]
     groups.append(recording_case(cfg, w))
-
     doc = {
         "rule_files": [rules_file],
         "evaluation_interval": "1m",

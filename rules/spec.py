@@ -65,8 +65,7 @@ class AlertSpec(Generic[S]):
             self.summary,
             text.description,
             dict(sorted(labels.items())),
-            # Only alerts whose condition flickers by nature (idle) have the setting.
-            getattr(settings, "keep_firing_for", "0s"),
+            settings.keep_firing(),
         )
 
     def case(self, w: World) -> Case:

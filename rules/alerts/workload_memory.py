@@ -57,8 +57,8 @@ def _ratio_at(threshold: float) -> float:
     """Bytes used whose ratio to TOTAL is exactly `threshold` in floating point, so that a case
     can sit on the threshold itself."""
     used = threshold * TOTAL
-    while used / TOTAL < threshold:
-        used = float.__add__(used, 1.0)
+    while used / TOTAL < threshold:  # rounding put it below: step up by the least amount
+        used = math.nextafter(used, math.inf)
     return used
 
 

@@ -42,6 +42,9 @@ class IdleAlert(AlertSettings):
     threshold: Ratio = 0.1  # mean activity over `window` under which a hold is idle
     window: PositiveDuration = "1h"  # long enough for a bursty workload's mean to show
 
+    def keep_firing(self) -> str:
+        return self.keep_firing_for
+
 
 def _idle_rule(a: IdleAlert, q: Query) -> AlertText:
     idle = names(q)["allocation_idle"]

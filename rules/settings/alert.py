@@ -25,6 +25,11 @@ class AlertSettings(FrozenModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    def keep_firing(self) -> str:
+        """How long the alert fires on after its condition stops holding: only alerts whose
+        condition flickers by nature (idle) have the setting, so it is no key of every entry."""
+        return "0s"
+
 
 class AlertsBase(FrozenModel):
     """The `alerts:` section: one field per alert, by alert name, added by `alerts_model`."""
