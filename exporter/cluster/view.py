@@ -113,7 +113,8 @@ def _state(node: Node, allocated: Mapping[str, int], settings: ClusterSettings) 
     free = {
         name: max(0, amount - allocated.get(name, 0)) for name, amount in node.allocatable.items()
     }
-    gpu_node = bool(settings.gpu_part(node.allocatable)) or any(
+    gpus = settings.gpu_part(node.allocatable)
+    gpu_node = bool(gpus) or any(
         key in node.labels for key in (*GPU_NODE_LABELS, *settings.gpu_type_labels)
     )
     return NodeState(
@@ -122,5 +123,5 @@ def _state(node: Node, allocated: Mapping[str, int], settings: ClusterSettings) 
         free=frozen(free, keep_zero=True),
         product=node.labels.get(settings.product_label, ""),
         gpu_node=gpu_node,
-        gpus=frozen(settings.gpu_part(node.allocatable)),
+        gpus=frozen(gpus),
     )
