@@ -7,6 +7,7 @@ the fake API server and `explain -f` manifests.
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -154,6 +155,25 @@ def make_quota(
         "spec": {"hard": {key: str(hard)}},
         "status": {"hard": {key: str(hard)}, "used": {key: str(used)}},
     }
+
+
+def scheduled(pod: Mapping[str, Any], node: str, at: str) -> dict[str, Any]:
+    """`pod` bound to `node` (Running), its PodScheduled condition True since `at`."""
+    bound = copy.deepcopy(dict(pod))
+    bound["spec"]["nodeName"] = node
+    bound["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}],
+    }
+    return bound
+
+
+def disrupted(pod: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    """`pod` with a DisruptionTarget condition (True) for `reason`."""
+    out = copy.deepcopy(dict(pod))
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
+    out["status"].setdefault("conditions", []).append(condition)
+    return out
 
 
 def as_manifest(pod: Mapping[str, Any]) -> dict[str, Any]:

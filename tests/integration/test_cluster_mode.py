@@ -5,13 +5,11 @@ how watch events (a pod scheduled, a pod removed) change them."""
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,10 +20,12 @@ from cluster_objects import (
     INFERENCE_TAINT,
     PRODUCT,
     Scenario,
+    disrupted,
     make_gpu_pod,
     make_node,
     make_quota,
     scenarios,
+    scheduled,
 )
 from kube_api_server import PODS_PATH, KubeApiServer
 from support import Exporter, exporter_command, run_exporter, values, wait_until
@@ -206,24 +206,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert missing.stderr.strip().splitlines() == [
         f"kube-gpu-exporter: error: kubeconfig {tmp_path / 'none'}: no such file"
     ]
-
-
-def scheduled(pod: dict[str, Any], node: str, at: str) -> dict[str, Any]:
-    """`pod` bound to `node`, its PodScheduled condition True since `at`."""
-    bound = copy.deepcopy(pod)
-    bound["spec"]["nodeName"] = node
-    bound["status"] = {
-        "phase": "Running",
-        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}],
-    }
-    return bound
-
-
-def disrupted(pod: dict[str, Any], reason: str) -> dict[str, Any]:
-    out = copy.deepcopy(pod)
-    condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
-    out["status"].setdefault("conditions", []).append(condition)
-    return out
 
 
 def test_scheduling_wait_and_disruptions(api: KubeApiServer, tmp_path: Path) -> None:

@@ -3,10 +3,9 @@ disruptions (once per pod uid, by the DisruptionTarget reason), and how both are
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from cluster_objects import make_gpu_pod, make_node
+from cluster_objects import disrupted, make_gpu_pod, make_node, scheduled
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS, ClusterView, parse_node, parse_pod
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.transitions import (
@@ -28,21 +27,7 @@ def pod(obj: dict[str, Any]) -> Pod:
     return parsed
 
 
-def bound(obj: dict[str, Any], at: str = "2024-05-01T10:00:40Z") -> dict[str, Any]:
-    out = copy.deepcopy(obj)
-    out["spec"]["nodeName"] = "gpu-a"
-    out["status"] = {
-        "phase": "Running",
-        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}],
-    }
-    return out
-
-
-def with_disruption(obj: dict[str, Any], reason: str) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
-    condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
-    out["status"].setdefault("conditions", []).append(condition)
-    return out
+BOUND_AT = "2024-05-01T10:00:40Z"  # 40 s after the pods' creation
 
 
 def test_a_wait_is_observed_once_when_a_watched_pending_pod_is_bound() -> None:
@@ -50,9 +35,11 @@ def test_a_wait_is_observed_once_when_a_watched_pending_pod_is_bound() -> None:
     transitions = Transitions(DEFAULT_SETTINGS, clock=lambda: now[0])
     pending = make_gpu_pod("train", 2)
     transitions.observe(pod(pending))
-    transitions.observe(pod(bound(pending)))
-    transitions.observe(pod(bound(pending)))  # a later event of the same pod
-    transitions.observe(pod(bound(make_gpu_pod("already", 1))))  # first seen bound
+    transitions.observe(pod(scheduled(pending, "gpu-a", BOUND_AT)))
+    # a later event of the same pod
+    transitions.observe(pod(scheduled(pending, "gpu-a", BOUND_AT)))
+    # first seen bound
+    transitions.observe(pod(scheduled(make_gpu_pod("already", 1), "gpu-a", BOUND_AT)))
     transitions.observe(pod(make_gpu_pod("cpu", 0)))  # no GPU
     counts = transitions.snapshot()
     (histogram,) = counts.waits.values()
@@ -65,16 +52,16 @@ def test_a_disruption_is_counted_once_per_pod_and_forgotten_after_an_hour() -> N
     transitions = Transitions(DEFAULT_SETTINGS, clock=lambda: now[0])
     victim = make_gpu_pod("victim", 1, "batch", node="gpu-a")
     for reason in ("EvictionByEvictionAPI", "EvictionByEvictionAPI", "Unheard"):
-        transitions.observe(pod(with_disruption(victim, reason)))
+        transitions.observe(pod(disrupted(victim, reason)))
     other = make_gpu_pod("other", 1, "batch", node="gpu-a")
-    transitions.observe(pod(with_disruption(other, "DeletionByPodGC")))
+    transitions.observe(pod(disrupted(other, "DeletionByPodGC")))
     assert transitions.snapshot().disruptions == {
         ("batch", "nvidia.com/gpu", "evicted"): 1,
         ("batch", "nvidia.com/gpu", "node_lost"): 1,
     }
     now[0] = DISRUPTED_KEEP_SECONDS + 1
     transitions.forget([], seen_before=now[0])
-    transitions.observe(pod(with_disruption(victim, "EvictionByEvictionAPI")))
+    transitions.observe(pod(disrupted(victim, "EvictionByEvictionAPI")))
     assert transitions.snapshot().disruptions[("batch", "nvidia.com/gpu", "evicted")] == 2
 
 
@@ -85,7 +72,8 @@ def test_a_pending_pod_that_is_gone_is_forgotten() -> None:
     transitions.observe(pod(pending))
     now[0] = 10.0
     transitions.forget([], seen_before=5.0)  # deleted while pending
-    transitions.observe(pod(bound(pending)))  # a pod of the same name, bound at once
+    # a pod of the same name, bound at once
+    transitions.observe(pod(scheduled(pending, "gpu-a", BOUND_AT)))
     assert transitions.snapshot().waits == {}
 
 
@@ -93,7 +81,7 @@ def test_families_render_as_text_and_openmetrics() -> None:
     transitions = Transitions(DEFAULT_SETTINGS)
     pending = make_gpu_pod("train", 2)
     transitions.observe(pod(pending))
-    transitions.observe(pod(bound(pending)))
+    transitions.observe(pod(scheduled(pending, "gpu-a", BOUND_AT)))
     nodes = [n for n in map(parse_node, [make_node("gpu-a")]) if n]
     view = ClusterView.build(nodes, [pod(make_gpu_pod("wait", 9))])
     state = ClusterState(
