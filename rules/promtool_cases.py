@@ -129,6 +129,14 @@ def just_under(threshold: float) -> float:
     return threshold - (abs(threshold) * BOUNDARY or BOUNDARY)
 
 
+def bursts(size: int, first: int, every: int, n: int) -> str:
+    """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after,
+    for n + 1 samples: `increase()` over a window of `every` minutes is exactly `size` from
+    `first` on (Prometheus 2's range holds a sample at both ends, so nothing is
+    extrapolated): a case can put a counter's rise exactly on a threshold."""
+    return " ".join(str(size * max(0, (m - first) // every + 1)) for m in range(n + 1))
+
+
 def edges(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check, ...]:
     """Checks on both edges of `for` for a condition true from minute `start`: nothing at the
     last minute before the alert may fire, exactly `firing` at the first minute `for` has

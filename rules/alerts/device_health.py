@@ -16,6 +16,7 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Check,
     Firing,
     World,
+    bursts,
     edges,
     minutes,
     s,
@@ -232,13 +233,6 @@ def _replay_rule(a: PcieReplayAlert, q: Query) -> AlertText:
     )
 
 
-def _bursts(size: int, first: int, every: int, n: int) -> str:
-    """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after,
-    for n + 1 samples: every window of `every` minutes from `first` on holds exactly one
-    burst."""
-    return " ".join(str(size * max(0, (m - first) // every + 1)) for m in range(n + 1))
-
-
 def _replay_case(a: PcieReplayAlert, w: World) -> Case:
     """Bursts of replays, one per window from minute `first` on (after a window without any):
     GPU 0 retransmits one packet more than the threshold per window (fires: replays are
@@ -252,9 +246,9 @@ def _replay_case(a: PcieReplayAlert, w: World) -> Case:
     n = first + span + held + 10
     over = a.threshold + 1
     series = (
-        s(c.PCIE_REPLAYS, w.dev("a", 0), _bursts(over, first, span, n)),
+        s(c.PCIE_REPLAYS, w.dev("a", 0), bursts(over, first, span, n)),
         s(c.PCIE_REPLAYS, w.dev("a", 1), steady(5, n)),  # old replays, none new
-        s(c.PCIE_REPLAYS, w.dev("a", 2), _bursts(a.threshold, first, span, n)),
+        s(c.PCIE_REPLAYS, w.dev("a", 2), bursts(a.threshold, first, span, n)),
     )
     return Case(series, edges(a.for_, (Firing(w.dev_out("a", 0), over),), first))
 

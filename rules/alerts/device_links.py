@@ -18,6 +18,7 @@ from kube_gpu_exporter.rules.promtool_cases import (
     Labels,
     Series,
     World,
+    bursts,
     minutes,
     s,
     steady,
@@ -68,18 +69,6 @@ def _rule(a: NvlinkErrorsAlert, q: Query) -> AlertText:
     )
 
 
-def _staircase(per_window: int, window: int, rise_at: int, samples: int) -> str:
-    """A counter that rises by `per_window` at minute `rise_at` and again every `window`
-    minutes: `increase()` over the window is then exactly `per_window` from `rise_at` on,
-    however long the check runs (Prometheus 2's range holds window + 1 samples, one step)."""
-    base, parts, at = 7, [f"7+0x{rise_at - 1}"], rise_at
-    while at <= samples:
-        base += per_window
-        parts.append(f"{base}+0x{window - 1}")
-        at += window
-    return " ".join(parts)
-
-
 def _case(a: NvlinkErrorsAlert, w: World) -> Case:
     """GPU 0 just past `threshold` (spread over two links) and GPU 2 just past
     `recovery_threshold` fire; GPU 1 exactly at both does not, nor GPU 3 with old errors that
@@ -94,7 +83,7 @@ def _case(a: NvlinkErrorsAlert, w: World) -> Case:
         labels: Labels = w.dev("a", gpu, link=str(link), type=kind)
         if per_window == 0:
             return s(c.NVLINK_ERRORS, labels, steady(1234, n))
-        return s(c.NVLINK_ERRORS, labels, _staircase(per_window, span, start, n))
+        return s(c.NVLINK_ERRORS, labels, bursts(per_window, start, span, n))
 
     over = t + 1
     series = (
