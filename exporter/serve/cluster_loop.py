@@ -3,17 +3,16 @@ classify the pending GPU pods, build the families and render them, off the event
 
 As with the node's collection loop, a scrape never waits for this: it serves `latest`,
 replaced by one assignment at the end of each cycle. Building is pure CPU over slim values
-(tens of milliseconds for thousands of pods), run in a daemon thread so the event loop keeps
-answering scrapes meanwhile. Metrics are served from the first cycle after every watch has
-listed once; before that /metrics and /readyz answer 503, since a half-listed cluster
-would report pods pending on nodes the view does not know yet.
+(tens of milliseconds for thousands of pods), run in a daemon thread (collection.py's
+`Worker`) so the event loop keeps answering scrapes meanwhile. Metrics are served from the
+first cycle after every watch has listed once; before that /metrics and /readyz answer 503,
+since a half-listed cluster would report pods pending on nodes the view does not know yet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -28,6 +27,7 @@ from kube_gpu_exporter.exporter.exposition.cluster_families import (
     cluster_families,
 )
 from kube_gpu_exporter.exporter.exposition.render import FamiliesBody
+from kube_gpu_exporter.exporter.serve.collection import Worker
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class ClusterLoop:
         self._transitions = transitions
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
+        # A daemon thread, never joined at exit, so SIGTERM is never held by a long build
+        self._worker = Worker("cluster-view")
         self.latest: FamiliesBody | None = None
         self.cycles = 0
 
@@ -87,13 +89,14 @@ class ClusterLoop:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self._worker.stop()
 
     async def _run(self) -> None:
         while True:
             started = time.monotonic()
             if self._watches.listed:
                 try:
-                    self.latest = await _in_thread(self.cycle)
+                    self.latest = await asyncio.wrap_future(self._worker.submit(self.cycle))
                 except Exception:  # a bug in one cycle must not end the loop
                     log.exception("cluster view cycle failed")
             elapsed = time.monotonic() - started
@@ -125,32 +128,3 @@ class ClusterLoop:
         body.body(TEXT_ACCEPT, gzipped=False)
         self.cycles += 1
         return body
-
-
-async def _in_thread(call: Callable[[], FamiliesBody]) -> FamiliesBody:
-    """Run `call` in a fresh daemon thread: never joined at exit, so SIGTERM is never held
-    by a long build."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[FamiliesBody] = loop.create_future()
-
-    def run() -> None:
-        try:
-            result = call()
-        except BaseException as exc:
-            loop.call_soon_threadsafe(_settle, future, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, future, result, None)
-
-    threading.Thread(target=run, name="cluster-view", daemon=True).start()
-    return await future
-
-
-def _settle(
-    future: asyncio.Future[FamiliesBody], result: FamiliesBody | None, exc: BaseException | None
-) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    elif result is not None:
-        future.set_result(result)

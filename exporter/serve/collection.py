@@ -58,7 +58,7 @@ class Sampler(Protocol):
     def close(self) -> None: ...
 
 
-class _Worker:
+class Worker:
     """One daemon thread running what it is given, in order.
 
     Not a ThreadPoolExecutor: the interpreter joins those threads at exit, so a call stuck in
@@ -115,7 +115,7 @@ class CollectionLoop:
         self._stall_timeout = stall_timeout or default_stall_timeout(interval)
         self._attribution = attribution
         self._dcgm_compat = dcgm_compat  # also render dcgm-exporter's names (a migration aid)
-        self._worker = _Worker("collector")
+        self._worker = Worker("collector")
         # The GPUs on the PCI bus, read in the same cycle as NVML's list they are compared with
         self._pci_bus = pci_bus
         # Counted on the collector thread, and on the event loop for stalls and failed cycles
