@@ -24,8 +24,9 @@ Every problem is an InputError of one line that starts with the file's label.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import yaml
 from yaml.composer import ComposerError
@@ -37,8 +38,17 @@ MAX_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 64
 MAX_ALIAS_NODES: Final = 10_000
 _STANDARD_TAG: Final = "tag:yaml.org,2002:"
+_T = TypeVar("_T")
 
-__all__ = ["MAX_ALIAS_NODES", "MAX_BYTES", "MAX_DEPTH", "load_yaml", "parse_yaml", "read_input"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "load_yaml",
+    "parse_yaml",
+    "parse_yaml_all",
+    "read_input",
+]
 
 
 def load_yaml(path: str | Path, what: str = "") -> Any:
@@ -65,6 +75,23 @@ def read_input(path: str | Path, label: str) -> bytes:
 
 def parse_yaml(data: bytes | str, label: str) -> Any:
     """The document in `data`, read with every limit above; InputError('<label>: …')."""
+    return _load(_text(data, label), label, lambda loader: loader.get_single_data())
+
+
+def parse_yaml_all(data: bytes | str, label: str, max_documents: int) -> list[Any]:
+    """The first `max_documents` documents of a multi-document stream (`---`), with the same
+    limits, counted over the whole stream (a manifest file of several objects)."""
+
+    def documents(loader: _Loader) -> list[Any]:
+        out: list[Any] = []
+        while len(out) < max_documents and loader.check_data():  # type: ignore[no-untyped-call]
+            out.append(loader.get_data())
+        return out
+
+    return _load(_text(data, label), label, documents)
+
+
+def _text(data: bytes | str, label: str) -> str:
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
@@ -78,10 +105,14 @@ def parse_yaml(data: bytes | str, label: str) -> Any:
         text = data
     if len(text) > MAX_BYTES:
         raise InputError(f"{label}: larger than {MAX_BYTES >> 20} MiB, too large for an input file")
+    return text
+
+
+def _load(text: str, label: str, read: Callable[[_Loader], _T]) -> _T:
     loader = None
     try:
         loader = _Loader(text)  # pyyaml's Reader refuses control characters right here
-        return loader.get_single_data()
+        return read(loader)
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         raise InputError(

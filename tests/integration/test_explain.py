@@ -204,6 +204,15 @@ def test_bad_input_is_one_line_and_exit_2(
     one_line_error(run("-f", str(bad)), "no Pod or pod template in it (found kind 'ConfigMap')")
     bad.write_text(json.dumps({"kind": "Pod", "metadata": {"name": 7}, "spec": {}}))
     one_line_error(run("-f", str(bad)), "metadata.name or namespace is not a string")
+    # A manifest goes through the bounded reader of every input file: aliases, keys, depth.
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefg", "bcdefgh", strict=True)
+    )
+    bad.write_text("kind: Pod\n---\n" + bomb)
+    one_line_error(run("-f", str(bad)), "aliases")
+    bad.write_text("kind: Pod\nkind: Job\nspec: {}\n")
+    one_line_error(run("-f", str(bad)), "duplicate key")
     good = manifest_file(tmp_path, as_manifest(make_gpu_pod("train", 1)))
     one_line_error(run("-f", good, "-n", "other"), "namespace ml does not match -n other")
     one_line_error(run("train", "-f", good), "a POD name or -f FILE")

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-import yaml
-
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.parse import parse_pod
-from kube_gpu_exporter.exporter.input_errors import InputError, quoted, yaml_problem
-from kube_gpu_exporter.exporter.input_yaml import read_input
+from kube_gpu_exporter.exporter.input_errors import InputError, quoted
+from kube_gpu_exporter.exporter.input_yaml import parse_yaml_all, read_input
 
 MAX_DOCUMENTS: Final = 100
 TEMPLATE_KINDS: Final = frozenset(
@@ -28,13 +26,8 @@ TEMPLATE_KINDS: Final = frozenset(
 def load_manifest(path: str, namespace: str) -> Pod:
     """The pod the manifest at `path` describes; `namespace` where the manifest names none."""
     label = f"manifest {path}"
-    data = read_input(path, label)
-    try:
-        documents = list(_documents(data))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{label}: {yaml_problem(exc)}") from None
-    except (RecursionError, ValueError, TypeError, OverflowError) as exc:
-        raise InputError(f"{label}: not valid YAML: {type(exc).__name__}") from None
+    streamed = parse_yaml_all(read_input(path, label), label, MAX_DOCUMENTS)
+    documents = list(_documents(streamed))
     for document in documents:
         found = _pod_object(document)
         if found is not None:
@@ -47,10 +40,9 @@ def load_manifest(path: str, namespace: str) -> Pod:
     raise InputError(f"{label}: no Pod or pod template in it{shown}")
 
 
-def _documents(data: bytes) -> Iterator[Any]:
-    for count, document in enumerate(yaml.safe_load_all(data)):
-        if count >= MAX_DOCUMENTS:
-            return
+def _documents(streamed: list[Any]) -> Iterator[Any]:
+    """The objects of the file's documents, a `kind: List`'s items among them."""
+    for document in streamed:
         if isinstance(document, Mapping) and document.get("kind") == "List":
             items = document.get("items")
             yield from items if isinstance(items, list) else []
