@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -25,7 +25,12 @@ from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
-from kube_gpu_exporter.exporter.serve.site import served_at, start_site, stop_on_signals
+from kube_gpu_exporter.exporter.serve.site import (
+    served_at,
+    shut_down,
+    start_site,
+    stop_on_signals,
+)
 from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config
 
 if TYPE_CHECKING:
@@ -36,9 +41,6 @@ log = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 GIL_SWITCH_SECONDS = 0.001
-# SIGTERM to exit: the DaemonSet's grace period is 15 s, and the process aims for 5 s whatever
-# NVML does (site.py drains in-flight responses for a second of it).
-SHUTDOWN_SECONDS = 4.5
 
 
 def _sampler(args: argparse.Namespace) -> Sampler:
@@ -130,8 +132,7 @@ async def _serve(
     log.info("serving on %s", served_at(args, web_config))
     await stop.wait()
     log.info("shutting down")
-    if not await _shut_down(runner, collection, pod_resources, directory):
-        _exit_now()
+    await shut_down(_shut_down(runner, collection, pod_resources, directory))
 
 
 async def _shut_down(
@@ -140,34 +141,16 @@ async def _shut_down(
     pod_resources: tuple[PodResourcesClient, PodResourcesWatcher] | None,
     directory: KubeDirectory | None,
 ) -> bool:
-    """Stop serving, shut NVML down and stop the watches within SHUTDOWN_SECONDS. False if
-    something did not finish (a call stuck in the driver): the caller then exits without it."""
-
-    async def steps() -> bool:
-        _, clean = await asyncio.gather(runner.cleanup(), collection.stop())
-        if pod_resources is not None:
-            client, watcher = pod_resources
-            await watcher.stop()
-            await client.close()
-        if directory is not None:
-            await asyncio.get_running_loop().run_in_executor(None, directory.stop)
-        return clean
-
-    try:
-        return await asyncio.wait_for(steps(), SHUTDOWN_SECONDS)
-    except TimeoutError:
-        log.warning("shutdown did not finish within %.0fs; exiting now", SHUTDOWN_SECONDS)
-        return False
-
-
-def _exit_now() -> NoReturn:
-    """Exit 0 at once, logs flushed. A normal exit would wait for the threads stuck in
-    NVML (the interpreter joins non-daemon ones) or run the driver library's exit handlers
-    under them; SIGTERM must end the pod within its grace period whatever NVML does."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    """Stop serving, shut NVML down and stop the watches. False if NVML did not shut down
+    cleanly (a call stuck in the driver)."""
+    _, clean = await asyncio.gather(runner.cleanup(), collection.stop())
+    if pod_resources is not None:
+        client, watcher = pod_resources
+        await watcher.stop()
+        await client.close()
+    if directory is not None:
+        await asyncio.get_running_loop().run_in_executor(None, directory.stop)
+    return clean
 
 
 def serve(args: argparse.Namespace) -> int:

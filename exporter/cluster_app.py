@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT: Final = 19401  # the node exporter's 19400 plus one
 EXIT_USAGE: Final = 2
-SHUTDOWN_SECONDS: Final = 4.5
 
 
 def register(commands: Any) -> None:
@@ -69,7 +68,12 @@ async def _serve(args: argparse.Namespace) -> None:
     from kube_gpu_exporter.exporter.cluster.transitions import Transitions
     from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
     from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
-    from kube_gpu_exporter.exporter.serve.site import served_at, start_site, stop_on_signals
+    from kube_gpu_exporter.exporter.serve.site import (
+        served_at,
+        shut_down,
+        start_site,
+        stop_on_signals,
+    )
     from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config
 
     web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
@@ -89,11 +93,9 @@ async def _serve(args: argparse.Namespace) -> None:
     await stop.wait()
     log.info("shutting down")
 
-    async def steps() -> None:
+    async def steps() -> bool:
         await asyncio.gather(runner.cleanup(), loop.stop())
         await asyncio.get_running_loop().run_in_executor(None, watches.stop)
+        return True
 
-    try:
-        await asyncio.wait_for(steps(), SHUTDOWN_SECONDS)
-    except TimeoutError:
-        log.warning("shutdown did not finish within %.0fs; exiting now", SHUTDOWN_SECONDS)
+    await shut_down(steps())
