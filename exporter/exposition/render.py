@@ -208,25 +208,41 @@ def render(
 
 
 class FamiliesBody:
-    """Bodies of families built once (the cluster view's), each variant rendered on its first
-    request and kept: the cluster loop renders the text format before publishing, so the
-    common scrape only picks bytes."""
+    """Bodies of families built once (the cluster view's), each variant rendered at most once:
+    the cluster loop pre-renders the variants scrapes asked for lately (`demand`, as the node
+    exporter's collector does), so a scrape only picks bytes; a variant asked for the first
+    time is rendered on request and kept."""
 
-    def __init__(self, families: Sequence[Family]) -> None:
+    def __init__(self, families: Sequence[Family], demand: Demand | None = None) -> None:
         self._families = _Families(families)
+        self._demand = demand
         self._bodies: dict[tuple[str, bool], bytes] = {}
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
-        key = (_without_escaping(content_type), gzipped)
-        body = self._bodies.get(key)
+        fmt = _without_escaping(content_type)
+        if self._demand is not None:
+            self._demand.note(fmt, gzipped, encoder)
+        return self._render(encoder, fmt, gzipped), content_type
+
+    def prerender(self) -> None:
+        """Render the variants scrapes asked for lately; before the body is published."""
+        for fmt, gzipped, encoder in self._demand.wanted() if self._demand else ():
+            self._render(encoder, fmt, gzipped)
+
+    def rendered_variants(self) -> set[tuple[str, bool]]:
+        """(format, gzipped) of every body rendered so far."""
+        return set(self._bodies)
+
+    def _render(self, encoder: Encoder, fmt: str, gzipped: bool) -> bytes:
+        body = self._bodies.get((fmt, gzipped))
         if body is None:
-            plain = self._bodies.get((key[0], False)) or encoder(self._families)
-            self._bodies[(key[0], False)] = plain
+            plain = self._bodies.get((fmt, False)) or encoder(self._families)
+            self._bodies[(fmt, False)] = plain
             if gzipped:
                 compressor = _gzip()
                 body = compressor.compress(plain) + compressor.flush()
-                self._bodies[key] = body
+                self._bodies[(fmt, gzipped)] = body
             else:
                 body = plain
-        return body, content_type
+        return body

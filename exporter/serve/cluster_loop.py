@@ -26,7 +26,7 @@ from kube_gpu_exporter.exporter.exposition.cluster_families import (
     WatchHealth,
     cluster_families,
 )
-from kube_gpu_exporter.exporter.exposition.render import FamiliesBody
+from kube_gpu_exporter.exporter.exposition.render import Demand, FamiliesBody
 from kube_gpu_exporter.exporter.serve.collection import Worker
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class ClusterLoop:
         # A daemon thread, never joined at exit, so SIGTERM is never held by a long build
         self._worker = Worker("cluster-view")
         self.latest: FamiliesBody | None = None
+        self._demand = Demand()  # the body variants scrapes ask for: pre-rendered each cycle
         self.cycles = 0
 
     @property
@@ -124,7 +125,8 @@ class ClusterLoop:
             for name, up in self._watches.up().items()
         }
         state = ClusterState(view, health, self._clock(), started, transitions)
-        body = FamiliesBody(list(cluster_families(state)))
-        body.body(TEXT_ACCEPT, gzipped=False)
+        body = FamiliesBody(list(cluster_families(state)), self._demand)
+        body.body(TEXT_ACCEPT, gzipped=False)  # curl's and Prometheus' fallback, always
+        body.prerender()  # and what scrapes asked for lately (Prometheus: OpenMetrics, gzip)
         self.cycles += 1
         return body

@@ -11,7 +11,12 @@ import pytest
 from prometheus_client import Metric as Family
 
 from kube_gpu_exporter.exporter.exposition import render as render_module
-from kube_gpu_exporter.exporter.exposition.render import COMMON_ACCEPT_HEADERS, Demand, render
+from kube_gpu_exporter.exporter.exposition.render import (
+    COMMON_ACCEPT_HEADERS,
+    Demand,
+    FamiliesBody,
+    render,
+)
 from kube_gpu_exporter.exporter.exposition.snapshot_families import SnapshotCollector
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler, node_sample
@@ -133,3 +138,21 @@ def test_a_stalled_copy_keeps_the_data_and_changes_only_the_exporter_families() 
     assert values(parsed, "kube_gpu_exporter_nvml_up") == [0]
     assert values(parsed, "kube_gpu_exporter_collection_errors_total", kind="stalled") == [1]
     assert len(values(parsed, "nvidia_gpu_up")) == 3
+
+
+def test_the_cluster_view_prerenders_what_scrapes_asked_for() -> None:
+    """The cluster loop's bodies follow the same demand: Prometheus' OpenMetrics + gzip,
+    asked of one cycle's body, is rendered ahead in the next, off the event loop."""
+    families = list(SnapshotCollector(snapshot()).collect())
+    demand = Demand()
+    first = FamiliesBody(families, demand)
+    first.prerender()
+    assert first.rendered_variants() == set()
+    asked, content_type = first.body(COMMON_ACCEPT_HEADERS[1], gzipped=True)
+    assert content_type.startswith(OPENMETRICS)
+    following = FamiliesBody(families, demand)
+    following.prerender()
+    assert following.rendered_variants() == {(OPENMETRICS, False), (OPENMETRICS, True)}
+    assert gzip.decompress(following.body(COMMON_ACCEPT_HEADERS[1], gzipped=True)[0]) == (
+        gzip.decompress(asked)
+    )
