@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kube_api_server import NODE, KubeApiServer, make_pod
+from kube_gpu_exporter.demo.kube_api import NODE, KubeApiServer, make_pod
 from kubelet_server import FakeKubelet, container, devices, pod
 from support import run_exporter, values, wait_until
 

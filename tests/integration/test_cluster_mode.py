@@ -27,7 +27,7 @@ from cluster_objects import (
     scenarios,
     scheduled,
 )
-from kube_api_server import PODS_PATH, KubeApiServer
+from kube_gpu_exporter.demo.kube_api import PODS_PATH, KubeApiServer
 from support import Exporter, exporter_command, run_exporter, values, wait_until
 
 GPU = "nvidia.com/gpu"

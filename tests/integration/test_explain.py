@@ -25,7 +25,7 @@ from cluster_objects import (
     make_quota,
     scenarios,
 )
-from kube_api_server import NODES_PATH, PODS_PATH, KubeApiServer, write_kubeconfig
+from kube_gpu_exporter.demo.kube_api import NODES_PATH, PODS_PATH, KubeApiServer, write_kubeconfig
 from kube_gpu_exporter.exporter.cli import main
 from kube_gpu_exporter.exporter.cluster.explain import api as explain_api
 from support import exporter_command, free_port

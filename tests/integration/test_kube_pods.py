@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kube_api_server import NODE, KubeApiServer, make_pod, write_kubeconfig
+from kube_gpu_exporter.demo.kube_api import NODE, KubeApiServer, make_pod, write_kubeconfig
 from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubernetes.pods import (
     STOP_WAIT_SECONDS,

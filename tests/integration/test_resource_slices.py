@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_api_server import NODE, SLICES_PATH, KubeApiServer, make_pod, make_slice
+from kube_gpu_exporter.demo.kube_api import NODE, SLICES_PATH, KubeApiServer, make_pod, make_slice
 from kube_gpu_exporter.exporter.kubernetes.resource_slices import (
     ResourceSliceWatcher,
     SliceDevices,
