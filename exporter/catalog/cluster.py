@@ -95,6 +95,16 @@ QUOTA_USED = Metric(
     K,
     ("namespace", "quota", "resource"),
 )
+QUOTA_REJECTIONS = Metric(
+    "kube_gpu_quota_rejected_pods_total",
+    C,
+    "",
+    "Pods a controller could not create because a ResourceQuota on a GPU resource was "
+    "exceeded (FailedCreate events of Jobs, ReplicaSets, StatefulSets, counted with each "
+    "event's repeats): the pods that never became pending.",
+    K,
+    ("namespace", "quota", "resource"),
+)
 SCHEDULING_WAIT = Metric(
     "kube_gpu_scheduling_wait_seconds",
     H,
@@ -157,6 +167,7 @@ CLUSTER_METRICS: tuple[Metric, ...] = (
     FRAGMENTATION,
     QUOTA_HARD,
     QUOTA_USED,
+    QUOTA_REJECTIONS,
     SCHEDULING_WAIT,
     DISRUPTIONS,
     WATCH_UP,
