@@ -11,7 +11,42 @@ the cluster process's own health is `kube_gpu_cluster_*`.
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import Final
+
 from kube_gpu_exporter.exporter.catalog.metric import Metric, MetricType, Scope
+
+
+class Reason(StrEnum):
+    """Why a GPU pod waits, in the precedence the classification applies (the first that
+    holds wins). The values are `kube_gpu_pending_pods`' `reason` label — the alerts and
+    panels select on them — except `quota_exceeded`, which only `explain` reports for a pod
+    not yet created (a created pod's quota was charged when it was admitted)."""
+
+    GATED = "gated"
+    AWAITING_PREEMPTION = "awaiting_preemption"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    NOT_ADVERTISED = "not_advertised"
+    FRAGMENTED = "fragmented"
+    TAINT_NOT_TOLERATED = "taint_not_tolerated"
+    GPU_TYPE_UNAVAILABLE = "gpu_type_unavailable"
+    AFFINITY_UNMATCHED = "affinity_unmatched"
+    INSUFFICIENT_GPUS = "insufficient_gpus"
+    OTHER = "other"
+
+
+# The reasons a Pending pod can have (the `reason` label's values), in precedence order.
+PENDING_REASONS: Final = tuple(r for r in Reason if r is not Reason.QUOTA_EXCEEDED)
+# `kube_gpu_pod_disruptions_total`'s `reason` values (from the DisruptionTarget condition).
+EVICTED, PREEMPTED, TAINT_MANAGER, NODE_LOST, KUBELET, DISRUPTED_OTHER = (
+    "evicted",
+    "preempted",
+    "taint_manager",
+    "node_lost",
+    "kubelet",
+    "other",
+)
+DISRUPTION_REASONS: Final = (EVICTED, PREEMPTED, TAINT_MANAGER, NODE_LOST, KUBELET, DISRUPTED_OTHER)
 
 G, C, H = MetricType.GAUGE, MetricType.COUNTER, MetricType.HISTOGRAM
 K = Scope.CLUSTER
@@ -22,9 +57,9 @@ PENDING_PODS = Metric(
     "kube_gpu_pending_pods",
     G,
     "",
-    "GPU pods waiting for the scheduler, by the first reason that holds (gated, "
-    "awaiting_preemption, not_advertised, fragmented, taint_not_tolerated, "
-    "gpu_type_unavailable, affinity_unmatched, insufficient_gpus, other).",
+    "GPU pods waiting for the scheduler, by the first reason that holds ("
+    + ", ".join(PENDING_REASONS)
+    + ").",
     K,
     ("namespace", "resource", "gpu_product", "reason"),
 )
@@ -118,8 +153,9 @@ DISRUPTIONS = Metric(
     "kube_gpu_pod_disruptions_total",
     C,
     "",
-    "GPU pods disrupted, once per pod, by the DisruptionTarget condition's reason (evicted, "
-    "preempted, taint_manager, node_lost, kubelet, other).",
+    "GPU pods disrupted, once per pod, by the DisruptionTarget condition's reason ("
+    + ", ".join(DISRUPTION_REASONS)
+    + ").",
     K,
     ("namespace", "resource", "reason"),
 )

@@ -14,6 +14,7 @@ list/watches, with `transitions.py` counting what they see go by). The flow:
 `explain/` is the `kube-gpu-exporter explain` command built on them.
 """
 
+from kube_gpu_exporter.exporter.catalog.cluster import PENDING_REASONS, Reason
 from kube_gpu_exporter.exporter.cluster.capacity import (
     NodeCapacity,
     ProductCapacity,
@@ -22,12 +23,7 @@ from kube_gpu_exporter.exporter.cluster.capacity import (
     node_capacity,
     product_capacity,
 )
-from kube_gpu_exporter.exporter.cluster.classify import (
-    PENDING_REASONS,
-    Classification,
-    Reason,
-    classify,
-)
+from kube_gpu_exporter.exporter.cluster.classify import Classification, classify
 from kube_gpu_exporter.exporter.cluster.objects import (
     Node,
     Pod,

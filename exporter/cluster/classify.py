@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Final
 
+from kube_gpu_exporter.exporter.catalog.cluster import Reason
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.placement import Filter, NodeCheck, check_node
 from kube_gpu_exporter.exporter.cluster.quantities import Resources
@@ -47,21 +47,6 @@ from kube_gpu_exporter.exporter.cluster.view import ClusterView
 SHOWN_NODES: Final = 3  # nodes named in a summary line; explain lists them all
 
 
-class Reason(StrEnum):
-    GATED = "gated"
-    AWAITING_PREEMPTION = "awaiting_preemption"
-    QUOTA_EXCEEDED = "quota_exceeded"
-    NOT_ADVERTISED = "not_advertised"
-    FRAGMENTED = "fragmented"
-    TAINT_NOT_TOLERATED = "taint_not_tolerated"
-    GPU_TYPE_UNAVAILABLE = "gpu_type_unavailable"
-    AFFINITY_UNMATCHED = "affinity_unmatched"
-    INSUFFICIENT_GPUS = "insufficient_gpus"
-    OTHER = "other"
-
-
-# The reasons a Pending pod can have (the `reason` label's values), in precedence order.
-PENDING_REASONS: Final = tuple(r for r in Reason if r is not Reason.QUOTA_EXCEEDED)
 _BLAME: Final = {  # rule 8: a blocking filter → its reason, in precedence order
     Filter.TAINTS: Reason.TAINT_NOT_TOLERATED,
     Filter.GPU_TYPE: Reason.GPU_TYPE_UNAVAILABLE,

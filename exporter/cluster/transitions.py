@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 
@@ -35,13 +36,12 @@ BUCKETS: Final = WAIT_BUCKETS + WAIT_BUCKETS_LONG
 DISRUPTED_KEEP_SECONDS: Final = 3600.0
 # The DisruptionTarget condition's reasons (Kubernetes' pod disruption conditions) → label.
 DISRUPTION_REASONS: Final = {
-    "EvictionByEvictionAPI": "evicted",  # kubectl drain, the descheduler, an autoscaler
-    "PreemptionByScheduler": "preempted",  # a higher-priority pod needed the room
-    "DeletionByTaintManager": "taint_manager",  # a NoExecute taint it did not tolerate
-    "DeletionByPodGC": "node_lost",  # its node is gone
-    "TerminationByKubelet": "kubelet",  # node-pressure eviction or node shutdown
+    "EvictionByEvictionAPI": k.EVICTED,  # kubectl drain, the descheduler, an autoscaler
+    "PreemptionByScheduler": k.PREEMPTED,  # a higher-priority pod needed the room
+    "DeletionByTaintManager": k.TAINT_MANAGER,  # a NoExecute taint it did not tolerate
+    "DeletionByPodGC": k.NODE_LOST,  # its node is gone
+    "TerminationByKubelet": k.KUBELET,  # node-pressure eviction or node shutdown
 }
-OTHER: Final = "other"
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Transitions:
                 self._observe_wait(pod, gpus)
             if pod.disruption and pod.uid and pod.uid not in self._disrupted:
                 self._disrupted[pod.uid] = self._clock()
-                reason = DISRUPTION_REASONS.get(pod.disruption, OTHER)
+                reason = DISRUPTION_REASONS.get(pod.disruption, k.DISRUPTED_OTHER)
                 for resource in gpus:
                     self._disruptions[(pod.namespace, resource, reason)] += 1
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Final
 
-from kube_gpu_exporter.exporter.cluster.classify import Classification, Reason
+from kube_gpu_exporter.exporter.catalog.cluster import Reason
+from kube_gpu_exporter.exporter.cluster.classify import Classification
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.placement import Filter, NodeCheck
 from kube_gpu_exporter.exporter.cluster.quantities import show
