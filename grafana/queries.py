@@ -160,3 +160,9 @@ def pod_xid_events(device: Query, pods: Query) -> str:
     """Xid events on the devices each pod holds (summed over Xid codes, so one per device)."""
     events = agg("sum", device.device_display, f"increase({device.sel(c.XID_ERRORS)}[{RATE}])")
     return pod_on_device(device, pods, events)
+
+
+def workload_sum(q: Query, role: str, *matchers: str) -> str:
+    """A per-hold recorded series summed per workload (the owner, else the pod): an 8-GPU job
+    is one row, as GPUAllocatedIdle pages for it once."""
+    return agg("sum", ("namespace", "workload"), recorded(q, role, *matchers))
