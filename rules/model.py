@@ -36,6 +36,7 @@ class AlertRule:
 class RecordingRule:
     record: str
     expr: str
+    labels: Mapping[str, str] = field(default_factory=dict)  # e.g. the quantile a rule records
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,13 @@ class Query:
         parts = [self.config.selectors.exporter, *self.matchers, *matchers]
         return f"{metric.name}{{{', '.join(parts)}}}"
 
+    def view(self, metric: c.Metric, *matchers: str, suffix: str = "") -> str:
+        """`metric{job="…-cluster", <extra>}` for a series of the cluster view (`kube_gpu_*`):
+        one target per cluster, so only the cluster scope applies, never a node's. `suffix`
+        names one of a histogram's series (`_bucket`)."""
+        parts = [self.config.selectors.cluster_view, *self.scope, *matchers]
+        return f"{metric.name}{suffix}{{{', '.join(parts)}}}"
+
     def up(self) -> str:
         """Prometheus' `up` series of the exporter's targets."""
         return f"up{{{', '.join([self.config.selectors.exporter, *self.matchers])}}}"

@@ -77,6 +77,7 @@ class World:
     def __init__(self, cfg: ConfigView) -> None:
         self.q = Query(cfg)
         self.base = selector_labels(cfg.selectors.exporter)
+        self.view_base = selector_labels(cfg.selectors.cluster_view)
         self.scope = {cfg.labels.cluster: "test-cluster"} if cfg.labels.cluster else {}
 
     def node(self, name: str) -> dict[str, str]:
@@ -86,6 +87,14 @@ class World:
     def node_out(self, name: str) -> dict[str, str]:
         """Labels of an alert aggregated per node."""
         return {**self.scope, self.q.node_label: f"node-{name}:19400"}
+
+    def view(self, **labels: str) -> dict[str, str]:
+        """Series labels of the cluster view's target, plus `labels`."""
+        return {**self.view_base, **self.scope, **labels}
+
+    def view_out(self, **labels: str) -> dict[str, str]:
+        """Labels of an alert on the cluster view's series (aggregated: no job)."""
+        return {**self.scope, **labels}
 
     def dev(self, node: str, gpu: int, **extra: str) -> dict[str, str]:
         return {**self.node(node), "gpu": str(gpu), "uuid": uuid(node, gpu), **extra}
@@ -129,7 +138,7 @@ def just_under(threshold: float) -> float:
     return threshold - (abs(threshold) * BOUNDARY or BOUNDARY)
 
 
-def bursts(size: int, first: int, every: int, n: int) -> str:
+def bursts(size: float, first: int, every: int, n: int) -> str:
     """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after,
     for n + 1 samples: `increase()` over a window of `every` minutes is exactly `size` from
     `first` on (Prometheus 2's range holds a sample at both ends, so nothing is

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.catalog.cluster import SCHEDULING_WAIT
 from kube_gpu_exporter.rules.alerts import BY_NAME
 from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.config import Config
@@ -79,6 +80,54 @@ def recording_case(cfg: Config, w: World) -> dict[str, Any]:
     }
 
 
+def scheduling_case(w: World) -> dict[str, Any]:
+    """Namespace ml: 10 pods an hour waited 30-60 s; lab: 10 an hour waited 1-30 s. Within a
+    bucket histogram_quantile interpolates linearly, so ml's p50 is 45 s and p95 58.5 s; the
+    cluster's p50 is the edge between the two (30 s). `idle` scheduled nobody and has none."""
+    n = 100
+    per_minute = 10 / 60  # cumulative bucket counts rise by this much a minute
+
+    def buckets(namespace: str, counts: dict[str, float]) -> list[Series]:
+        return [
+            s(
+                SCHEDULING_WAIT,
+                w.view(namespace=namespace, resource="nvidia.com/gpu", le=le),
+                f"0+{rise!r}x{n}",
+            )
+            for le, rise in counts.items()
+        ]
+
+    series = [
+        *buckets("ml", {"1": 0, "30": 0, "60": per_minute, "+Inf": per_minute}),
+        *buckets("lab", {"1": 0, "30": per_minute, "60": per_minute, "+Inf": per_minute}),
+        *buckets("idle", {"1": 0, "30": 0, "60": 0, "+Inf": 0}),
+    ]
+    series = [Series(x.metric + "_bucket", x.labels, x.values) for x in series]
+    rec = names(w.q)
+
+    def sample(name: str, quantile: str, value: float, **labels: str) -> dict[str, Any]:
+        notation = Series(name, {**w.scope, **labels, "quantile": quantile}, "").notation()
+        return {"labels": notation, "value": value}
+
+    ns, cluster = rec["namespace_wait_quantile"], rec["cluster_wait_quantile"]
+    expected = {
+        f'{ns}{{namespace="ml"}}': [
+            sample(ns, "0.5", 45, namespace="ml"),
+            sample(ns, "0.95", 58.5, namespace="ml"),
+        ],
+        f'{ns}{{namespace="idle"}}': [],
+        f'{cluster}{{quantile="0.5"}}': [sample(cluster, "0.5", 30)],
+    }
+    return {
+        "interval": "1m",
+        "input_series": _input_series(series),
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": "90m", "exp_samples": samples}
+            for expr, samples in expected.items()
+        ],
+    }
+
+
 def _input_series(series: list[Series] | tuple[Series, ...]) -> list[dict[str, str]]:
     return [{"series": x.notation(), "values": x.values} for x in series]
 
@@ -114,6 +163,7 @@ def tests_file(cfg: Config, rule_groups: tuple[RuleGroup, ...], rules_file: str)
     alerts = tuple(a for g in rule_groups for a in g.alerts)
     groups = [_group(cfg, a, BY_NAME[a.name].case(w)) for a in alerts]
     groups.append(recording_case(cfg, w))
+    groups.append(scheduling_case(w))
     doc = {
         "rule_files": [rules_file],
         "evaluation_interval": "1m",

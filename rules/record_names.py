@@ -33,4 +33,9 @@ def names(q: Query) -> dict[str, str]:
         "cluster_idle_hours": "cluster:nvidia_gpu_idle_gpu_hours:sum1h",
         "namespace_idle_cost": "namespace:nvidia_gpu_idle_cost:sum1h",
         "cluster_idle_cost": "cluster:nvidia_gpu_idle_cost:sum1h",
+        # Scheduling waits of the last hour (SCHEDULING_WINDOW), one series per `quantile`.
+        "namespace_wait_quantile": "namespace_quantile:kube_gpu_scheduling_wait_seconds:"
+        "histogram_quantile",
+        "cluster_wait_quantile": "cluster_quantile:kube_gpu_scheduling_wait_seconds:"
+        "histogram_quantile",
     }

@@ -25,6 +25,7 @@ cost read them too instead of repeating the joins:
 from __future__ import annotations
 
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.model import RecordingRule, RuleGroup
 from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
@@ -32,6 +33,10 @@ from kube_gpu_exporter.rules.record_names import names
 from kube_gpu_exporter.rules.settings.view import ConfigView
 
 NS = "namespace"
+# Pods are scheduled a few at a time, so a short rate window would leave most quantiles
+# undefined; an hour is what the dashboards' "scheduling wait" panel means by "lately".
+SCHEDULING_WINDOW = "1h"
+WAIT_QUANTILES = (0.5, 0.95)
 
 
 def utilization_group(q: Query) -> RuleGroup:
@@ -133,6 +138,28 @@ def allocation_group(cfg: ConfigView, q: Query) -> RuleGroup:
     return RuleGroup("kube-gpu-exporter.allocation.rules", rules)
 
 
+def wait_quantile(q: Query, quantile: float, by: tuple[str, ...]) -> str:
+    """The `quantile` of GPU pods' scheduling waits over SCHEDULING_WINDOW, per `by`; a group
+    with no pod scheduled in the window has none (not NaN: `>= 0` drops it)."""
+    rate = f"rate({q.view(k.SCHEDULING_WAIT, suffix='_bucket')}[{SCHEDULING_WINDOW}])"
+    buckets = agg("sum", (*by, "le"), rate)
+    return f"histogram_quantile({quantile:g}, {buckets}) >= 0"
+
+
+def scheduling_group(q: Query) -> RuleGroup:
+    """Scheduling-wait percentiles per namespace and per cluster, from the cluster view."""
+    n = names(q)
+    rules = tuple(
+        RecordingRule(n[role], wait_quantile(q, quantile, by), {"quantile": f"{quantile:g}"})
+        for role, by in (
+            ("namespace_wait_quantile", (*q.cluster, NS)),
+            ("cluster_wait_quantile", q.cluster),
+        )
+        for quantile in WAIT_QUANTILES
+    )
+    return RuleGroup("kube-gpu-exporter.scheduling.rules", rules)
+
+
 def recording_groups(cfg: ConfigView) -> tuple[RuleGroup, ...]:
     q = Query(cfg)
-    return (utilization_group(q), allocation_group(cfg, q))
+    return (utilization_group(q), allocation_group(cfg, q), scheduling_group(q))

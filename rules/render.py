@@ -47,7 +47,8 @@ def runbook_url(cfg: Config, alert: AlertRule) -> str:
 
 def rule_dict(cfg: Config, rule: AlertRule | RecordingRule) -> dict[str, Any]:
     if isinstance(rule, RecordingRule):
-        return {"record": rule.record, "expr": rule.expr}
+        recorded: dict[str, Any] = {"record": rule.record, "expr": rule.expr}
+        return recorded | ({"labels": dict(rule.labels)} if rule.labels else {})
     out: dict[str, Any] = {"alert": rule.name, "expr": rule.expr}
     if rule.for_ not in ("0", "0s", "0m"):
         out["for"] = rule.for_

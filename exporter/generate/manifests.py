@@ -14,7 +14,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kube_gpu_exporter.exporter.generate.cluster_deployment import CLUSTER_NOTES, cluster_dicts
+from kube_gpu_exporter.exporter.generate.cluster_deployment import (
+    CLUSTER_LABELS,
+    CLUSTER_NAME,
+    CLUSTER_NOTES,
+    cluster_dicts,
+)
 from kube_gpu_exporter.exporter.generate.daemonset import (
     NAME,
     PORT,
@@ -119,22 +124,46 @@ def service_dict(cfg: Config) -> dict[str, Any]:
 
 
 def servicemonitor_dict(cfg: Config) -> dict[str, Any]:
+    """The node exporters' ServiceMonitor: every DaemonSet pod, its node as the node label."""
+    node = {
+        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+        "targetLabel": cfg.labels.node,
+        "action": "replace",
+    }
+    return _servicemonitor(
+        cfg, NAME, SELECTOR_LABELS, cfg.selectors.exporter, [node], ("instance", cfg.labels.node)
+    )
+
+
+def cluster_servicemonitor_dict(cfg: Config) -> dict[str, Any]:
+    """The cluster view's ServiceMonitor: one target, whose series carry their own namespace
+    (the pods that wait) and no node."""
+    return _servicemonitor(
+        cfg, CLUSTER_NAME, CLUSTER_LABELS, cfg.selectors.cluster_view, [], ("instance",)
+    )
+
+
+def _servicemonitor(
+    cfg: Config,
+    name: str,
+    labels: Mapping[str, str],
+    selector: str,
+    target_relabelings: list[dict[str, Any]],
+    own_labels: tuple[str, ...],
+) -> dict[str, Any]:
+    """A ServiceMonitor for the Service `name`, whose series end up with every label that
+    `selector` (the rules' selector for them) matches on."""
     relabelings: list[dict[str, Any]] = [
         {"action": "labeldrop", "regex": "|".join(DROPPED_TARGET_LABELS)},
-        {
-            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-            "targetLabel": cfg.labels.node,
-            "action": "replace",
-        },
+        *target_relabelings,
     ]
-    # Every label the rules select the exporter by must be on its series: the job when it is
-    # not the Service's name, and any other label of `selectors.exporter` (env="prod", ...),
-    # set to the value the selector matches. The node label and `instance` come from the
-    # target itself.
-    wanted = selector_labels(cfg.selectors.exporter)
-    wanted["job"] = exporter_job(cfg)
+    # Every label the rules select the series by must be on them: the job when it is not the
+    # Service's name, and any other label of the selector (env="prod", ...), set to the value
+    # the selector matches. `own_labels` come from the target itself.
+    wanted = selector_labels(selector)
+    wanted["job"] = wanted.get("job", name)
     for label, value in wanted.items():
-        if (label, value) != ("job", NAME) and label not in ("instance", cfg.labels.node):
+        if (label, value) != ("job", name) and label not in own_labels:
             relabelings.append({"targetLabel": label, "replacement": value, "action": "replace"})
     endpoint = {
         "port": PORT_NAME,
@@ -146,9 +175,13 @@ def servicemonitor_dict(cfg: Config) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _metadata(cfg, **dict(sorted(cfg.prometheus_rule.labels.items()))),
+        "metadata": {
+            "name": name,
+            "namespace": cfg.deployment.namespace,
+            "labels": {**labels, **dict(sorted(cfg.prometheus_rule.labels.items()))},
+        },
         "spec": {
-            "selector": {"matchLabels": SELECTOR_LABELS},
+            "selector": {"matchLabels": dict(labels)},
             "namespaceSelector": {"matchNames": [cfg.deployment.namespace]},
             "endpoints": [endpoint],
         },
@@ -209,6 +242,13 @@ _SERVICEMONITOR_NOTES = {
         "The node name, in the target label that the rules and dashboards use (labels.node)."
     ),
 }
+_CLUSTER_SERVICEMONITOR_NOTES = {
+    "- action: labeldrop": (
+        "The cluster view's series carry the namespace of the pods they count; the operator's "
+        "target labels (this pod's own namespace, pod, container) would rename it to "
+        "exported_namespace. Dropped."
+    ),
+}
 _JOB_NOTE = {
     "- targetLabel: job": (
         "The job that selectors.exporter selects, which is not the Service's name (the "
@@ -246,5 +286,8 @@ def manifest_files(cfg: Config) -> dict[str, str]:
             [servicemonitor_dict(cfg)],
             _SERVICEMONITOR_NOTES | (_JOB_NOTE if exporter_job(cfg) != NAME else {}),
         ),
-        "cluster.yaml": _file(cluster_dicts(cfg), CLUSTER_NOTES),
+        "cluster.yaml": _file(
+            [*cluster_dicts(cfg), cluster_servicemonitor_dict(cfg)],
+            CLUSTER_NOTES | _CLUSTER_SERVICEMONITOR_NOTES,
+        ),
     }

@@ -20,6 +20,8 @@ from kube_gpu_exporter.rules.alerts import (
     memory_leaks,
     node_devices,
     nodes,
+    scheduling,
+    scheduling_disruptions,
     workload_memory,
     workload_xids,
     workloads,
@@ -45,6 +47,7 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
         (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS, *device_links.SPECS),
     ),
     ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
+    ("kube-gpu-exporter.scheduling", (*scheduling.SPECS, *scheduling_disruptions.SPECS)),
     ("kube-gpu-exporter.exporter", exporter.SPECS),
 )
 

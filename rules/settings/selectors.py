@@ -23,16 +23,18 @@ class Selectors(FrozenModel):
     """Label matchers inserted between {} of every query, as the mixins do."""
 
     exporter: Matchers = 'job="kube-gpu-exporter"'
+    # `kube-gpu-exporter cluster`, the one-per-cluster scheduling view (its Service's name).
+    cluster_view: Matchers = 'job="kube-gpu-exporter-cluster"'
     kube_state_metrics: Matchers = 'job="kube-state-metrics"'
 
-    @field_validator("exporter")
+    @field_validator("exporter", "cluster_view")
     @classmethod
     def _settable_by_the_servicemonitor(cls, value: str) -> str:
         own = sorted(set(selector_labels(value)) & set(EXPORTER_OWN_LABELS))
         if own:
             raise ValueError(
                 f"must not match on {', '.join(own)}: the exporter's series carry their own "
-                "(the pods holding GPUs), so the ServiceMonitor cannot set it"
+                "(the pods holding or waiting for GPUs), so the ServiceMonitor cannot set it"
             )
         return value
 

@@ -39,7 +39,9 @@ BUILTIN_KINDS = {
 }
 # A config that changes every deployment key that changes the manifests' shape.
 VARIANT = """
-selectors: {exporter: 'job=~"gpu-metrics|gpu", env="prod", tier=~"gpu|accel"'}
+selectors:
+  exporter: 'job=~"gpu-metrics|gpu", env="prod", tier=~"gpu|accel"'
+  cluster_view: 'job="gpu-scheduling", env="prod"'
 labels: {node: node}
 deployment:
   namespace: gpu-monitoring
@@ -395,10 +397,18 @@ def _relabel(labels: dict[str, str], relabelings: list[dict[str, Any]]) -> dict[
     return out
 
 
-def _target_labels(deploy: Deploy) -> dict[str, str]:
+def _target_labels(deploy: Deploy, cluster: bool = False) -> dict[str, str]:
     """A scraped target's labels: the operator's own (job = the Service's name, the pod's
-    namespace/pod/container), then the ServiceMonitor's relabelings."""
-    service, monitor = deploy.one("Service"), deploy.one("ServiceMonitor")
+    namespace/pod/container), then the ServiceMonitor's relabelings; `cluster`: the cluster
+    view's target."""
+    service, monitor = deploy.one("Service", cluster), deploy.one("ServiceMonitor", cluster)
+    (selected,) = [
+        s
+        for s in deploy.objects(cluster)
+        if s["kind"] == "Service"
+        and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    assert selected is service
     (endpoint,) = monitor["spec"]["endpoints"]
     operator = {
         "__meta_kubernetes_pod_node_name": "gpu-node-7",
@@ -423,6 +433,18 @@ def test_the_rules_select_what_the_servicemonitor_scrapes(deploy: Deploy) -> Non
     assert labels[deploy.cfg.labels.node] == "gpu-node-7"
     # The exporter's attribution labels are not pushed aside as exported_*.
     assert not {"namespace", "pod", "container"} & labels.keys()
+
+
+@BOTH
+def test_the_scheduling_rules_select_what_the_cluster_servicemonitor_scrapes(
+    deploy: Deploy,
+) -> None:
+    labels = _target_labels(deploy, cluster=True)
+    for name, op, value in parse_matchers(deploy.cfg.selectors.cluster_view):
+        assert labels[name] == value if op == "=" else re.fullmatch(value, labels[name])
+    # The cluster view's series carry the namespace of the pods they count.
+    assert not {"namespace", "pod", "container"} & labels.keys()
+    assert deploy.cfg.selectors.cluster_view in deploy.texts["rules.yaml"]
 
 
 def test_changed_xid_lists_reach_the_exporters_flag() -> None:

@@ -69,7 +69,10 @@ WORKERS = min(4, os.cpu_count() or 2)
 # Thresholds and `for` values unlike the defaults, on a multi-cluster setup: a case that only
 # works for the default numbers fails here.
 UNLIKE_DEFAULTS = """
-selectors: {exporter: 'job=~"gpu-exporter|kube-gpu-exporter", env="prod"'}
+selectors:
+  exporter: 'job=~"gpu-exporter|kube-gpu-exporter", env="prod"'
+  cluster_view: 'job="gpu-scheduling", env="prod"'
+
 labels: {node: node, cluster: cluster}
 alerts:
   GPUAllocatedIdle: {threshold: 0.25, for: 45m}
@@ -90,6 +93,10 @@ alerts:
   KubeGpuExporterDown: {for: 0m}
   KubeGpuExporterAbsent: {for: 3m}
   KubeGpuExporterStale: {threshold: 45s, for: 0m}
+  GPUPodPendingTooLong: {threshold: 2h, for: 0m, ignore_reasons: [gated, awaiting_preemption]}
+  GPUFragmentation: {for: 7m}
+  GPUQuotaExhausted: {threshold: 5, window: 30m, for: 2m}
+  GPUPreemptionRate: {threshold: 10, window: 2h, for: 3m, reasons: [preempted, evicted]}
 """
 CONFIGS = {"defaults": "", "unlike-defaults": UNLIKE_DEFAULTS}
 
