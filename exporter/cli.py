@@ -2,7 +2,8 @@
 
 `serve` runs the exporter (app.py builds and starts its parts), `cluster` the cluster view's
 exporter (cluster_app.py), `generate` writes the rules,
-dashboards and manifests (exporter/generate/), `demo` runs the demo stack (demo/). This module
+dashboards and manifests (exporter/generate/), `demo` runs the demo stack (demo/), `report`
+writes the GPU efficiency report (exporter/report/). This module
 sits on top of all of them. Every bad input ends in one line on stderr and exit status 2,
 never a traceback: an operator reading `kubectl logs` of a crash-looping pod should see what
 to fix at once.
@@ -25,6 +26,7 @@ from kube_gpu_exporter.exporter.generate import command as generate_cli
 from kube_gpu_exporter.exporter.input_errors import one_line
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS
+from kube_gpu_exporter.exporter.report import command as report_cli
 from kube_gpu_exporter.exporter.serve.flags import (
     RESERVED_PATHS,
     add_web_flags,
@@ -220,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cli.add_arguments(demo)
     explain_cli.register(commands)
     cluster_app.register(commands)
+    report_cli.register(commands)
     return parser
 
 
@@ -235,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return explain_cli.run(args)
     if args.command == "cluster":
         return cluster_app.run(args)
+    if args.command == "report":
+        return report_cli.run(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
