@@ -7,10 +7,10 @@ Each function takes a `Query` already scoped to the dashboard's variables. Expen
 from __future__ import annotations
 
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.rules.promql import (
     KSM_CONTAINER_RESOURCE_REQUESTS,
     KSM_POD_STATUS_PHASE,
-    KSM_RESOURCEQUOTA,
     Query,
     agg,
 )
@@ -21,7 +21,8 @@ WHOLE = 'parent_uuid=""'  # whole GPUs: a MIG-enabled GPU's memory covers its in
 SLOWDOWNS = (
     "sw_power_cap|sw_thermal_slowdown|hw_thermal_slowdown|hw_slowdown|hw_power_brake_slowdown"
 )
-QUOTA = 'resource="requests.nvidia.com/gpu"'
+QUOTA = 'resource="nvidia.com/gpu"'  # a quota's `requests.nvidia.com/gpu`, as the view names it
+PRODUCT = ("gpu_product", "resource")
 GPU_REQUESTS = 'resource=~"nvidia_com_gpu.*|nvidia_com_mig_.*"'
 
 
@@ -97,8 +98,8 @@ def idle_allocations(q: Query, threshold: str, *matchers: str) -> str:
 
 
 def quota(q: Query, *matchers: str) -> str:
-    hard = q.ksm(KSM_RESOURCEQUOTA, QUOTA, 'type="hard"', *matchers)
-    return agg("sum", ("namespace",), hard)
+    """Per namespace, its quotas' limits on whole GPUs (the cluster view's)."""
+    return agg("sum", ("namespace",), q.view(k.QUOTA_HARD, QUOTA, *matchers))
 
 
 def pending_gpu_pods(q: Query, *matchers: str) -> str:
@@ -166,3 +167,36 @@ def workload_sum(q: Query, role: str, *matchers: str) -> str:
     """A per-hold recorded series summed per workload (the owner, else the pod): an 8-GPU job
     is one row, as GPUAllocatedIdle pages for it once."""
     return agg("sum", ("namespace", "workload"), recorded(q, role, *matchers))
+
+
+# --- the cluster view (`kube-gpu-exporter cluster`): why GPU pods wait -------------------------
+
+
+def pending_by_reason(q: Query) -> str:
+    """Pending GPU pods by the first reason that holds for each."""
+    return agg("sum", ("reason",), q.view(k.PENDING_PODS))
+
+
+def largest_schedulable(q: Query) -> str:
+    """Per GPU type, the most devices one standard pod could get now."""
+    return agg("max", PRODUCT, q.view(k.LARGEST_REQUEST))
+
+
+def fragmentation(q: Query) -> str:
+    """Per GPU type, 1 − largest free block / total free on the eligible nodes."""
+    return agg("max", PRODUCT, q.view(k.FRAGMENTATION))
+
+
+def scheduling_wait(q: Query, quantile: float) -> str:
+    """The cluster's scheduling-wait quantile of the last hour (recorded)."""
+    return agg("max", (), recorded(q, "cluster_wait_quantile", f'quantile="{quantile:g}"'))
+
+
+def disruptions_per_hour(q: Query) -> str:
+    """GPU pods disrupted, as a rate per hour, by reason (evicted, preempted, …)."""
+    return agg("sum", ("reason",), f"rate({q.view(k.DISRUPTIONS)}[{RATE}]) * 3600")
+
+
+def quota_used(q: Query) -> str:
+    """Per namespace, what its pods request of the quotas on whole GPUs."""
+    return agg("sum", ("namespace",), q.view(k.QUOTA_USED, QUOTA))

@@ -14,12 +14,10 @@ from kube_gpu_exporter.rules.settings.view import ConfigView
 
 # Metrics from kube-state-metrics that the dashboards read (where it is scraped). Named here so
 # the catalog test can tell them from typos: everything else must be in the exporter's catalog.
-KSM_RESOURCEQUOTA = "kube_resourcequota"
 KSM_POD_STATUS_PHASE = "kube_pod_status_phase"
 KSM_CONTAINER_RESOURCE_REQUESTS = "kube_pod_container_resource_requests"
 KSM_NODE_ALLOCATABLE = "kube_node_status_allocatable"
 KSM_METRICS: tuple[str, ...] = (
-    KSM_RESOURCEQUOTA,
     KSM_POD_STATUS_PHASE,
     KSM_CONTAINER_RESOURCE_REQUESTS,
     KSM_NODE_ALLOCATABLE,

@@ -135,11 +135,18 @@ def build(cfg: Config) -> Dashboard:
                 "none",
                 Target(qq.namespace_sum(q, "namespace_allocated"), table=True),
                 Target(qq.quota(q), table=True),
+                Target(qq.quota_used(q), table=True),
                 Target(qq.namespace_sum(q, "namespace_idle"), table=True),
-                description="The quota column needs kube-state-metrics "
-                "(kube_resourcequota, resource requests.nvidia.com/gpu).",
+                description="GPUs held counts a shared GPU 1/k and a MIG slice its share; "
+                "the quota columns are the namespace's ResourceQuotas on "
+                "requests.nvidia.com/gpu as the cluster view reads them.",
                 **renamed(
-                    {"Value #A": "GPUs held", "Value #B": "GPU quota", "Value #C": "idle GPUs"}
+                    {
+                        "Value #A": "GPUs held",
+                        "Value #B": "GPU quota",
+                        "Value #C": "quota used",
+                        "Value #D": "idle GPUs",
+                    }
                 ),
             ),
             table(
@@ -156,6 +163,52 @@ def build(cfg: Config) -> Dashboard:
                 width=24,
                 description="Whole GPUs with nothing allocated on them: where a pod asking "
                 "for a full GPU can still land.",
+            ),
+        ),
+    )
+    scheduling = Row(
+        "Scheduling: why GPU pods wait",
+        (
+            timeseries(
+                "Pending GPU pods by reason",
+                "none",
+                Target(qq.pending_by_reason(q), "{{reason}}"),
+                min=0,
+                stack=True,
+                description="Each pending GPU pod under the first reason that holds for it "
+                "(`kube-gpu-exporter explain -n NS POD` shows one pod's evidence).",
+            ),
+            bargauge(
+                "Largest request that could schedule now",
+                "none",
+                Target(qq.largest_schedulable(q), "{{gpu_product}} {{resource}}", instant=True),
+                description="Per GPU type, the most devices one pod could get on a Ready, "
+                "schedulable node whose taints the standard GPU tolerations allow.",
+            ),
+            timeseries(
+                "Fragmentation of free GPUs",
+                "percentunit",
+                Target(qq.fragmentation(q), "{{gpu_product}} {{resource}}"),
+                min=0,
+                max=1,
+                description="1 − largest free block / total free: 0 when the free devices "
+                "sit on one node, near 1 when they are scattered one per node.",
+            ),
+            timeseries(
+                "Scheduling wait, last hour",
+                "s",
+                Target(qq.scheduling_wait(q, 0.5), "p50"),
+                Target(qq.scheduling_wait(q, 0.95), "p95"),
+                min=0,
+                description="From a GPU pod's creation to its PodScheduled condition.",
+            ),
+            timeseries(
+                "GPU pods disrupted per hour",
+                "none",
+                Target(qq.disruptions_per_hour(q), "{{reason}}"),
+                min=0,
+                description="Preempted, evicted, deleted by the taint manager, lost with "
+                "their node, or stopped by the kubelet.",
             ),
         ),
     )
@@ -199,11 +252,11 @@ def build(cfg: Config) -> Dashboard:
     return Dashboard(
         uid=UID,
         title="GPU / Cluster observatory",
-        description="Fleet utilization, idle allocated GPUs and their cost, quota and "
-        "pending pods, throttling and Xid errors (kube-gpu-exporter).",
+        description="Fleet utilization, idle allocated GPUs and their cost, quota, why GPU "
+        "pods wait, throttling and Xid errors (kube-gpu-exporter).",
         tags=dashboard_tags(cfg),
         variables=(datasource_variable(), cluster_variable(cfg)),
-        rows=(fleet, utilization, waste, capacity, health),
+        rows=(fleet, utilization, waste, capacity, scheduling, health),
         refresh=cfg.dashboards.refresh,
         links_tag=LINK_TAG,
     )

@@ -61,8 +61,8 @@ def build(cfg: Config) -> Dashboard:
                 "GPU quota",
                 "none",
                 Target(f"sum({qq.quota(device, in_ns)})"),
-                description="kube_resourcequota hard limit on requests.nvidia.com/gpu "
-                "(kube-state-metrics).",
+                description="The namespace's ResourceQuota limits on requests.nvidia.com/gpu "
+                "(the cluster view, kube-gpu-exporter cluster).",
             ),
             stat(
                 "GPUs requested by pending pods",

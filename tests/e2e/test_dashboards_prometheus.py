@@ -2,25 +2,31 @@
 exporter on the demo scenario, with a kubelet (podresources/v1 over gRPC) whose pods hold some
 of its GPUs and with the generated recording rules loaded: each query returns data.
 
-The queries that read kube-state-metrics (quota, pending pods) run against a fixed
-exposition of those series, scraped as the `kube-state-metrics` job.
+The scheduling panels read the cluster view: `kube-gpu-exporter cluster` runs against the test
+API server with a fragmented pending pod, a quota, two pods scheduled one after the other (so
+the wait percentiles have a rate) and a preempted pod. The queries that read
+kube-state-metrics (pending pods per pod) run against a fixed exposition of those series,
+scraped as the `kube-state-metrics` job.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from cluster_objects import CREATED, disrupted, make_gpu_pod, make_node, make_quota, scheduled
+from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.rules.config import Config
 from kubelet_server import FakeKubelet, container, devices, pod
 from prometheus_server import Prometheus, run_prometheus
-from support import run_exporter, serve_exposition
+from support import Exporter, run_exporter, serve_exposition, values, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"
@@ -61,12 +67,10 @@ GPU = "GPU-{0:08x}-0000-4000-8000-{0:012x}".format  # the demo's uuids
 MIG_3G = "MIG-00030001-0000-4000-8000-000000000000"
 MIG_2G = "MIG-00030005-0000-4000-8000-000000000001"
 
-# What kube-state-metrics says of the demo's pods: a GPU quota, and a pod Pending on a GPU.
+# What kube-state-metrics says of the demo's pods: a pod Pending on a GPU.
 KUBE_STATE_METRICS = "".join(
     f"{series} {value}\n"
     for series, value in (
-        ('kube_resourcequota{namespace="ml",resource="requests.nvidia.com/gpu",type="hard"}', 4),
-        ('kube_resourcequota{namespace="ml",resource="requests.nvidia.com/gpu",type="used"}', 2),
         ('kube_pod_status_phase{namespace="ml",pod="trainer-1",phase="Pending"}', 1),
         ('kube_pod_status_phase{namespace="ml",pod="trainer-1",phase="Running"}', 0),
         (
@@ -76,6 +80,39 @@ KUBE_STATE_METRICS = "".join(
         ),
     )
 )
+
+
+@contextmanager
+def cluster_view(tmp: Path) -> Iterator[tuple[KubeApiServer, Exporter]]:
+    """The cluster view over three H100 nodes, two with one free GPU (the third's is the
+    preempted pod's), a pod wanting two (fragmented) and a GPU quota."""
+    with KubeApiServer() as api:
+        for name in ("gpu-a", "gpu-b", "gpu-c"):
+            api.put_node(make_node(name))
+            api.put(make_gpu_pod(f"holder-{name}", 7, "batch", node=name))
+        api.put(make_gpu_pod("train", 2, "frag"))
+        api.put_quota(make_quota("gpu-quota", "ml", hard=8, used=2))
+        api.put(
+            disrupted(make_gpu_pod("victim", 1, "batch", node="gpu-a"), "PreemptionByScheduler")
+        )
+        kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
+        args = [f"--kubernetes.kubeconfig={kubeconfig}", "--cluster.interval=200ms"]
+        with run_exporter(args, tmp / "cluster", command="cluster") as view:
+            yield api, view
+
+
+def schedule_one(api: KubeApiServer, view: Exporter, name: str, waited: int) -> None:
+    """A GPU pod of namespace ml seen pending by the view, then bound `waited` s after its
+    creation: one scheduling-wait observation. It is bound to a node the view does not
+    know, so the free GPUs (and the fragmented pod's reason) stay as they are."""
+    pending = make_gpu_pod(name, 1, "ml")
+    api.put(pending)
+    wait_until(
+        lambda: values(view.metrics(), "kube_gpu_pending_pods", namespace="ml") or None,
+        what=f"the view sees {name} pending",
+    )
+    at = CREATED.replace("10:00:00", f"10:00:{waited:02d}")
+    api.put(scheduled(pending, "elsewhere", at))
 
 
 @pytest.fixture(scope="module")
@@ -110,12 +147,27 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
             devices("nvidia.com/mig-3g.20gb", MIG_3G),
             devices("nvidia.com/mig-2g.10gb", MIG_2G),
         ]
-        with run_exporter(args, tmp) as exporter, serve_exposition(KUBE_STATE_METRICS) as ksm:
+        (tmp / "cluster").mkdir()
+        with (
+            run_exporter(args, tmp) as exporter,
+            serve_exposition(KUBE_STATE_METRICS) as ksm,
+            cluster_view(tmp) as (api, view),
+        ):
             target = f"127.0.0.1:{exporter.port}"
-            jobs = {"kube-state-metrics": [ksm]}
+            jobs = {
+                "kube-state-metrics": [ksm],
+                "kube-gpu-exporter-cluster": [f"127.0.0.1:{view.port}"],
+            }
             with run_prometheus(tmp, [target], rule_files=[RULES], extra_jobs=jobs) as prom:
                 prom.wait_for('count_over_time(nvidia_gpu_up{job="kube-gpu-exporter"}[1m]) >= 3', 7)
                 prom.wait_for("cluster:nvidia_gpu_utilization_ratio:avg")
+                # Two waits, scraped apart, so that their histogram has a rate.
+                schedule_one(api, view, "first", 30)
+                prom.wait_for("kube_gpu_scheduling_wait_seconds_count == 1")
+                schedule_one(api, view, "second", 50)
+                prom.wait_for(
+                    'cluster_quantile:kube_gpu_scheduling_wait_seconds:histogram_quantile{quantile="0.95"}'
+                )
                 # The idle-hours subquery steps on 15-second boundaries: wait for the first.
                 prom.wait_for("cluster:nvidia_gpu_idle_cost:sum1h", timeout=45)
                 yield prom, target
