@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kube_gpu_exporter.rules.alerts import (
+    cluster_view,
     device_clocks,
     device_faults,
     device_health,
@@ -48,7 +49,7 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
     ),
     ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
     ("kube-gpu-exporter.scheduling", (*scheduling.SPECS, *scheduling_disruptions.SPECS)),
-    ("kube-gpu-exporter.exporter", exporter.SPECS),
+    ("kube-gpu-exporter.exporter", (*exporter.SPECS, *cluster_view.SPECS)),
 )
 
 SPECS: tuple[AlertSpec[Any], ...] = tuple(spec for _, specs in GROUPS for spec in specs)
