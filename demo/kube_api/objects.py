@@ -1,5 +1,5 @@
 """The objects the demo's API server serves, built as kube-apiserver returns them: pods,
-ResourceSlices, Status errors, and a kubeconfig pointing at a server. Tests build their
+ResourceSlices, events, Status errors, and a kubeconfig pointing at a server. Tests build their
 fixtures with the same functions, so the demo and the tests speak of one API."""
 
 from __future__ import annotations
@@ -16,13 +16,25 @@ PODS = "pods"
 SLICES = "resourceslices"
 NODES = "nodes"
 QUOTAS = "resourcequotas"
+EVENTS = "events"
 PODS_PATH = "/api/v1/pods"
 SLICES_PATH = "/apis/resource.k8s.io/{version}/resourceslices"
 NODES_PATH = "/api/v1/nodes"
 QUOTAS_PATH = "/api/v1/resourcequotas"
-# /api/v1/namespaces/<ns>/<resource>[/<name>]: a namespace's list, or one object
-NAMESPACED_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/(pods|resourcequotas)(?:/([^/]+))?")
-KINDS = {PODS: "Pod", SLICES: "ResourceSlice", NODES: "Node", QUOTAS: "ResourceQuota"}
+EVENTS_PATH = "/api/v1/events"
+# /api/v1/namespaces/<ns>/<resource>[/<name>]: a namespace's list or watch, or one object
+NAMESPACED_PATH = re.compile(
+    r"/api/v1/namespaces/([^/]+)/(pods|resourcequotas|events)(?:/([^/]+))?"
+)
+KINDS = {
+    PODS: "Pod",
+    SLICES: "ResourceSlice",
+    NODES: "Node",
+    QUOTAS: "ResourceQuota",
+    EVENTS: "Event",
+}
+# The fields the exporter selects by (`reason`: the cluster view's FailedCreate events)
+SELECTABLE = ("spec.nodeName", "spec.driver", "status.phase", "reason")
 
 
 def make_pod(
@@ -109,6 +121,35 @@ def make_slice(
     }
 
 
+def make_event(
+    name: str,
+    namespace: str = "default",
+    *,
+    message: str,
+    reason: str = "FailedCreate",
+    kind: str = "Warning",
+    count: int = 1,
+    uid: str | None = None,
+    involved: tuple[str, str] = ("ReplicaSet", "train-7f9c"),
+) -> dict[str, Any]:
+    """A core/v1 Event as a controller's recorder leaves it: `count` is how often it
+    happened (a repeat updates the event, it does not add one); `involved` the object's
+    kind and name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
+        "involvedObject": {"kind": involved[0], "name": involved[1], "namespace": namespace},
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "count": count,
+        "source": {"component": "replicaset-controller"},
+        "firstTimestamp": "2024-05-01T10:00:00Z",
+        "lastTimestamp": "2024-05-01T10:00:00Z",
+    }
+
+
 def write_kubeconfig(path: Path, server: str) -> Path:
     """A kubeconfig for `server` without auth (JSON is valid YAML)."""
     config = {
@@ -145,15 +186,17 @@ REASONS = {
 
 
 def selected(obj: Mapping[str, Any], selector: str) -> bool:
-    """`field=value[,field!=value]` over `spec.nodeName`, `spec.driver` and `status.phase`,
-    all the exporter sends; anything else is a bug in the exporter."""
+    """`field=value[,field!=value]` over the SELECTABLE fields, all the exporter sends;
+    anything else is a bug in the exporter."""
     for term in filter(None, selector.split(",")):
         field, _, value = term.partition("=")
         negated = field.endswith("!")
         field = field.removesuffix("!")
-        if field not in ("spec.nodeName", "spec.driver", "status.phase"):
+        if field not in SELECTABLE:
             raise ValueError(f"unsupported field selector {selector!r}")
-        section, _, name = field.partition(".")
-        if (obj.get(section, {}).get(name) == value) == negated:
+        found: Any = obj
+        for name in field.split("."):
+            found = found.get(name) if isinstance(found, Mapping) else None
+        if (found == value) == negated:
             return False
     return True
