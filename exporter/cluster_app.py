@@ -1,9 +1,10 @@
 """`kube-gpu-exporter cluster`: the cluster view's exporter, one replica per cluster.
 
-It watches every node, active pod and ResourceQuota (cluster/watches.py), builds the view on
-its own interval (serve/cluster_loop.py) and serves the result through the same stack as
-`serve` (serve/site.py: web flags, TLS and basic auth from the web config, limits), on its
-own port, 19401 by default, so that it can run beside a node exporter on one host. The
+It watches every node, active pod and ResourceQuota, and the FailedCreate events
+(cluster/watches.py), builds the view on its own interval (serve/cluster_loop.py) and serves
+the result through the same stack as `serve` (serve/site.py: web flags, TLS and basic auth
+from the web config, limits), on its own port, 19401 by default, so that it can run beside a
+node exporter on one host. The
 kubernetes client is imported only when the command runs. Bad input (flags, a web config,
 a kubeconfig, a port in use) is one line and exit status 2.
 """
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace) -> None:
     from kube_gpu_exporter.exporter.cluster.flags import settings_from
+    from kube_gpu_exporter.exporter.cluster.quota_events import QuotaRejections
     from kube_gpu_exporter.exporter.cluster.transitions import Transitions
     from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
     from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
@@ -79,8 +81,11 @@ async def _serve(args: argparse.Namespace) -> None:
     web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
     settings = settings_from(args)
     transitions = Transitions(settings)
-    watches = ClusterWatches(args.kubeconfig, settings, observe=transitions.observe)
-    loop = ClusterLoop(watches, settings, args.interval, transitions)
+    rejections = QuotaRejections(settings)
+    watches = ClusterWatches(
+        args.kubeconfig, settings, observe=transitions.observe, rejections=rejections
+    )
+    loop = ClusterLoop(watches, settings, args.interval, transitions, rejections=rejections)
     try:
         runner = await start_site(args, web_config, loop)
     except InputError:

@@ -1,11 +1,13 @@
-"""The cluster mode's watches: every node, every pod that has not ended and every
-ResourceQuota, kept current by `ListWatch` (410 relist, backoff, health) in three threads.
+"""The cluster mode's watches: every node, every pod that has not ended, every ResourceQuota
+and the FailedCreate events, kept current by `ListWatch` (410 relist, backoff, health) in
+four threads.
 
 Each object is parsed into the slim values of objects.py as it arrives, so what is held is
 about 2 KiB per pod whatever its spec; lists are paged (`PAGE`), so the raw JSON of
 the whole cluster is never in memory at once either. Pods that cannot matter are not held at all:
 ended pods (the server filters them out, and one that ends leaves the watch) and pods that
-wait for the scheduler without requesting a GPU (they hold nothing on any node).
+wait for the scheduler without requesting a GPU (they hold nothing on any node). Of the
+events only GPU quota refusals are held, each as its count (quota_events.py).
 
 The watch threads replace entries of their dicts; `objects()` copies the values in one C-level
 call, which the GIL makes atomic with respect to those threads, so the view is built from a
@@ -22,6 +24,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
+from kube_gpu_exporter.exporter.cluster.quota_events import FAILED_CREATE, QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import WATCH_SECONDS, ListWatch
@@ -30,8 +33,10 @@ ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
 # Lists come in pages of this many objects, so only one page of raw JSON is held at a time
 # (a real node object carries its image list, tens of KiB; a pod its whole spec).
 PAGE: Final = 500
-NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
-RESOURCES: Final = (NODES, PODS, QUOTAS)
+# kube-apiserver filters events by reason, so other events never cross the wire
+REFUSALS: Final = f"reason={FAILED_CREATE}"
+NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
+RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS)
 
 T = TypeVar("T")
 PodObserver = Callable[[Pod], None]
@@ -64,7 +69,8 @@ class Objects:
 class ClusterWatches:
     """Nodes, active pods and quotas of the whole cluster. `observe` is called with every pod
     as parsed (from the watch threads) before it is held or dropped: the scheduling-wait and
-    disruption counters see each transition there (transitions.py)."""
+    disruption counters see each transition there (transitions.py). The events watch feeds
+    `rejections` (one of its own unless given); the view does not wait for its list."""
 
     def __init__(
         self,
@@ -72,6 +78,7 @@ class ClusterWatches:
         settings: ClusterSettings,
         *,
         observe: PodObserver | None = None,
+        rejections: QuotaRejections | None = None,
         timeout: float = 10.0,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
@@ -80,6 +87,7 @@ class ClusterWatches:
         self._client = api_client(kubeconfig)
         self._settings = settings
         self._observe = observe
+        self.rejections = rejections if rejections is not None else QuotaRejections(settings)
         core = kubernetes.client.CoreV1Api(self._client)
         self._nodes: _Held[Node] = _Held()
         self._pods: _Held[Pod] = _Held()
@@ -105,6 +113,13 @@ class ClusterWatches:
                 self._quotas.publish,
                 **options,
             ),
+            EVENTS: ListWatch(
+                EVENTS,
+                functools.partial(core.list_event_for_all_namespaces, field_selector=REFUSALS),
+                self.rejections.parse,
+                self.rejections.publish,
+                **options,
+            ),
         }
 
     def start(self) -> None:
@@ -112,7 +127,7 @@ class ClusterWatches:
             watch.start()
 
     def stop(self) -> None:
-        """Stops the three watches side by side (each may take its `STOP_WAIT_SECONDS`)."""
+        """Stops the four watches side by side (each may take its `STOP_WAIT_SECONDS`)."""
         threads = [
             threading.Thread(target=watch.stop, name=f"stop-{name}", daemon=True)
             for name, watch in self.watches.items()
@@ -125,7 +140,8 @@ class ClusterWatches:
 
     @property
     def listed(self) -> bool:
-        """Every resource has been listed once: the view is complete from here on."""
+        """Nodes, pods and quotas have been listed once: the view is complete from here on
+        (the events only add a counter, which a failing events watch must not hold back)."""
         return self._nodes.listed and self._pods.listed and self._quotas.listed
 
     def objects(self) -> Objects:

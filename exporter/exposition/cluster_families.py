@@ -1,5 +1,5 @@
 """The cluster view as prometheus-client families: pending GPU pods by reason, capacity per
-node and per GPU product, GPU quotas, and the watches' health.
+node and per GPU product, GPU quotas and the pods they refused, and the watches' health.
 
 One build of the view (view.py) feeds every family; the pending pods are classified through
 the view's cache, so a Job's replicas cost one classification. Series exist only for what
@@ -21,6 +21,7 @@ from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.exporter.cluster.capacity import node_capacity, product_capacity
 from kube_gpu_exporter.exporter.cluster.classify import classify
 from kube_gpu_exporter.exporter.cluster.objects import Pod
+from kube_gpu_exporter.exporter.cluster.quota_events import Series
 from kube_gpu_exporter.exporter.cluster.transitions import BUCKETS, TransitionCounts
 from kube_gpu_exporter.exporter.cluster.view import ClusterView
 from kube_gpu_exporter.exporter.exposition.families import add, family
@@ -41,13 +42,15 @@ class ClusterState:
     """What one cycle of the cluster loop renders. `now` is Unix time (pending ages);
     `started` the cycle's `time.monotonic()` at its start: the build duration runs from it to
     when its family is built, last, so it covers building the view and classifying;
-    `transitions` what the pod watch counted (scheduling waits, disruptions)."""
+    `transitions` what the pod watch counted (scheduling waits, disruptions); `rejections`
+    the pods refused per (namespace, quota, resource), from the events watch."""
 
     view: ClusterView
     watches: Mapping[str, WatchHealth]
     now: float
     started: float | None = None
     transitions: TransitionCounts | None = None
+    rejections: Mapping[Series, int] | None = None
 
 
 def selected_product(view: ClusterView, pod: Pod) -> str:
@@ -68,6 +71,8 @@ def cluster_families(state: ClusterState) -> Iterator[Family]:
     yield from _pending(state)
     yield from _capacity(state.view)
     yield from _quotas(state.view)
+    if state.rejections is not None:
+        yield _rejections(state.rejections)
     if state.transitions is not None:
         yield from _transitions(state.transitions)
     yield from _health(state)
@@ -125,6 +130,13 @@ def _quotas(view: ClusterView) -> Iterator[Family]:
                 add(used, labels, quota.used.get(resource, 0))
     yield hard
     yield used
+
+
+def _rejections(totals: Mapping[Series, int]) -> Family:
+    rejected = family(k.QUOTA_REJECTIONS)
+    for (namespace, quota, resource), count in sorted(totals.items()):
+        add(rejected, {"namespace": namespace, "quota": quota, "resource": resource}, count)
+    return rejected
 
 
 def _transitions(counts: TransitionCounts) -> Iterator[Family]:

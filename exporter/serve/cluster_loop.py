@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from kube_gpu_exporter.exporter.cluster.quota_events import QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.transitions import Transitions
 from kube_gpu_exporter.exporter.cluster.view import ClusterView
@@ -49,7 +50,8 @@ class Watches(Protocol):
 
 class ClusterLoop:
     """Builds and renders the cluster view every `interval` seconds, with what
-    `transitions` counted from the pod watch (read, and pruned, once per cycle)."""
+    `transitions` counted from the pod watch (read, and pruned, once per cycle) and what
+    `rejections` counted from the events watch."""
 
     def __init__(
         self,
@@ -58,11 +60,13 @@ class ClusterLoop:
         interval: float,
         transitions: Transitions | None = None,
         clock: Callable[[], float] = time.time,
+        rejections: QuotaRejections | None = None,
     ) -> None:
         self._watches = watches
         self._settings = settings
         self._interval = interval
         self._transitions = transitions
+        self._rejections = rejections
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         # A daemon thread, never joined at exit, so SIGTERM is never held by a long build
@@ -118,13 +122,15 @@ class ClusterLoop:
             "nodes": len(objects.nodes),
             "pods": len(objects.pods),
             "resourcequotas": len(objects.quotas),
+            "events": self._rejections.events if self._rejections is not None else 0,
         }
         errors = self._watches.errors_total()
         health = {
             name: WatchHealth(up, errors.get(name, {}), counts.get(name, 0))
             for name, up in self._watches.up().items()
         }
-        state = ClusterState(view, health, self._clock(), started, transitions)
+        rejected = self._rejections.totals if self._rejections is not None else None
+        state = ClusterState(view, health, self._clock(), started, transitions, rejected)
         body = FamiliesBody(list(cluster_families(state)), self._demand)
         body.body(TEXT_ACCEPT, gzipped=False)  # curl's and Prometheus' fallback, always
         body.prerender()  # and what scrapes asked for lately (Prometheus: OpenMetrics, gzip)

@@ -176,6 +176,23 @@ def disrupted(pod: Mapping[str, Any], reason: str) -> dict[str, Any]:
     return out
 
 
+def quota_refusal(
+    quota: str, requested: Mapping[str, str], *, used: str = "8", pod: str = "train-7f9c-abcde"
+) -> str:
+    """kube-apiserver's refusal of a pod over quota, as its controller's FailedCreate event
+    quotes it: `requested` maps each exceeded resource (as the quota names it) to the
+    quantity asked for; each is `used` of a limit of `used`."""
+
+    def listed(amounts: Mapping[str, str]) -> str:
+        return ",".join(f"{name}={amount}" for name, amount in sorted(amounts.items()))
+
+    limits = listed(dict.fromkeys(requested, used))
+    return (
+        f'Error creating: pods "{pod}" is forbidden: exceeded quota: {quota}, '
+        f"requested: {listed(requested)}, used: {limits}, limited: {limits}"
+    )
+
+
 def as_manifest(pod: Mapping[str, Any]) -> dict[str, Any]:
     """A pod as a person writes it before submission: no status, uid or timestamps."""
     metadata = {k: v for k, v in pod["metadata"].items() if k in ("name", "namespace", "labels")}
