@@ -3,7 +3,7 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-APT_PKGS := prometheus prometheus-alertmanager
+APT_PKGS := prometheus prometheus-alertmanager chromium
 
 .PHONY: all venv system-deps demo test test-gpu lint bench image-footprint generate proto clean
 
@@ -17,10 +17,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian's prometheus (with promtool) and alertmanager, installed when missing.
+# Debian's prometheus (with promtool), alertmanager and chromium (the report's rendering
+# test), installed when missing.
 system-deps:
 	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null \
-	    || ! command -v prometheus-alertmanager >/dev/null; then \
+	    || ! command -v prometheus-alertmanager >/dev/null || ! command -v chromium >/dev/null; then \
 	  echo "installing Debian packages: $(APT_PKGS)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq --no-install-recommends $(APT_PKGS) >/dev/null; \

@@ -3,7 +3,7 @@
 The figure is built with `matplotlib.figure.Figure` and printed through `FigureCanvasSVG`, so
 neither pyplot's global state nor a GUI or raster (Agg) backend is involved. Text stays text
 (`svg.fonttype: none`) instead of glyph outlines, which keeps a chart to a few tens of KB and
-lets the page's font draw it; `svg.hashsalt` and an empty date make the bytes the same for the
+lets the page's font draw it; `svg.hashsalt` and no metadata make the bytes the same for the
 same data. The XML prologue is dropped so the SVG can sit inside the HTML.
 """
 
@@ -16,6 +16,7 @@ from kube_gpu_exporter.exporter.report.model import Chart
 
 WIDTH, HEIGHT = 11.0, 2.8  # inches at 72 dpi in the SVG: 792 × 202 px, scaled to the page
 COLOURS = ("#3274d9", "#e0752d", "#56a64b", "#a352cc", "#f2cc0c", "#8ab8ff", "#de314d")
+NO_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 STYLE = {
     "svg.fonttype": "none",
     "svg.hashsalt": "kube-gpu-exporter-report",
@@ -60,7 +61,8 @@ def svg(chart: Chart) -> str:
             axes.set_ylim(0, 1)
             axes.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         else:
-            axes.set_ylim(bottom=0)
+            top = max((v for line in chart.lines for v in line.values if v == v), default=0)
+            axes.set_ylim(0, top * 1.15 or 1)  # room above the highest line for its legend
             axes.set_ylabel(chart.unit)
         locator = AutoDateLocator()
         axes.xaxis.set_major_locator(locator)
@@ -68,6 +70,6 @@ def svg(chart: Chart) -> str:
         axes.grid(True, color="#dddddd", linewidth=0.6)
         axes.legend(loc="lower left", bbox_to_anchor=(0, 1), frameon=False, ncols=6, fontsize=8)
         buffer = io.StringIO()
-        FigureCanvasSVG(figure).print_svg(buffer, metadata={"Date": None})
+        FigureCanvasSVG(figure).print_svg(buffer, metadata=NO_METADATA)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
