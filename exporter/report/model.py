@@ -9,6 +9,7 @@ it with the column's decimals (`Column.show`) and the JSON carries the same roun
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 Cell = str | float | None
@@ -52,7 +53,7 @@ class Table:
         key: str,
         title: str,
         columns: tuple[Column, ...],
-        rows: list[tuple[object, ...]],
+        rows: Sequence[Sequence[object]],
         **text: str,
     ) -> Table:
         """A table whose raw values are rounded by their columns."""
