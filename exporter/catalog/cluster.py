@@ -67,9 +67,10 @@ PENDING_SECONDS = Metric(
     "kube_gpu_pending_seconds",
     G,
     "seconds",
-    "Age of the oldest GPU pod of the namespace that waits for the scheduler.",
+    "Age of the oldest GPU pod of the namespace that waits for the scheduler, per reason "
+    "(max by namespace: the oldest of all).",
     K,
-    ("namespace",),
+    ("namespace", "reason"),
 )
 NODE_ALLOCATABLE = Metric(
     "kube_gpu_node_allocatable_devices",
@@ -163,8 +164,8 @@ WATCH_UP = Metric(
     "kube_gpu_cluster_watch_up",
     G,
     "",
-    "1 while the list/watch of the resource (nodes, pods, resourcequotas) is current, 0 while "
-    "it fails and the view is built from its last objects.",
+    "1 while the list/watch of the resource (nodes, pods, resourcequotas, events) is "
+    "current, 0 while it fails and the view is built from its last objects.",
     K,
     ("resource",),
 )

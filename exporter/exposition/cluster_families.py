@@ -81,7 +81,7 @@ def cluster_families(state: ClusterState) -> Iterator[Family]:
 def _pending(state: ClusterState) -> Iterator[Family]:
     view = state.view
     counts: Counter[tuple[str, str, str, str]] = Counter()
-    oldest: dict[str, float] = {}
+    oldest: dict[tuple[str, str], float] = {}  # (namespace, reason) → age of the oldest
     for pod in view.pending_gpu_pods():
         reason = classify(view, pod).pending_reason.value
         product = selected_product(view, pod)
@@ -89,14 +89,15 @@ def _pending(state: ClusterState) -> Iterator[Family]:
             counts[(pod.namespace, resource, product, reason)] += 1
         if pod.created_at is not None:
             age = max(0.0, state.now - pod.created_at)
-            oldest[pod.namespace] = max(age, oldest.get(pod.namespace, 0.0))
+            key = (pod.namespace, reason)
+            oldest[key] = max(age, oldest.get(key, 0.0))
     pending = family(k.PENDING_PODS)
     for (namespace, resource, product, reason), count in sorted(counts.items()):
         labels = {"namespace": namespace, "resource": resource, "gpu_product": product}
         add(pending, {**labels, "reason": reason}, count)
     seconds = family(k.PENDING_SECONDS)
-    for namespace, age in sorted(oldest.items()):
-        add(seconds, {"namespace": namespace}, age)
+    for (namespace, reason), age in sorted(oldest.items()):
+        add(seconds, {"namespace": namespace, "reason": reason}, age)
     yield pending
     yield seconds
 

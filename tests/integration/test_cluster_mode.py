@@ -178,7 +178,7 @@ def test_each_explain_scenario_is_served_with_its_reason(
 
 def test_not_ready_until_every_resource_is_listed(api: KubeApiServer, tmp_path: Path) -> None:
     seed(api)
-    api.stall(3.0, times=1)  # the first list of the three is held back
+    api.stall(3.0, times=1, resource="nodes")  # readiness waits for the nodes' list
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     args = [f"--kubernetes.kubeconfig={kubeconfig}", "--cluster.interval=200ms"]
     with run_exporter(args, tmp_path, wait_ready=False, command="cluster") as exporter:

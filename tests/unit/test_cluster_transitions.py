@@ -95,7 +95,9 @@ def test_families_render_as_text_and_openmetrics() -> None:
     text, _ = body.body("", gzipped=False)
     parsed = samples(text)
     assert values(parsed, "kube_gpu_pending_pods", reason="insufficient_gpus") == [1]
-    assert values(parsed, "kube_gpu_pending_seconds", namespace="ml") == [100.0]
+    assert values(
+        parsed, "kube_gpu_pending_seconds", namespace="ml", reason="insufficient_gpus"
+    ) == [100.0]
     assert values(parsed, "kube_gpu_scheduling_wait_seconds_bucket", le="+Inf") == [1]
     assert values(parsed, "kube_gpu_cluster_watch_errors_total", kind="gone") == [1]
     openmetrics, content_type = body.body("application/openmetrics-text", gzipped=True)
