@@ -118,6 +118,17 @@ def build(cfg: Config) -> Dashboard:
                     instant=True,
                 ),
             ),
+            bargauge(
+                "Idle GPUs per workload",
+                "none",
+                Target(
+                    f"sort_desc({qq.workload_sum(q, 'allocation_idle')})",
+                    "{{namespace}}/{{workload}}",
+                    instant=True,
+                ),
+                description="What GPUAllocatedIdle pages for: a workload (a Job, a "
+                "Deployment, else the pod) counted once with all its idle GPUs.",
+            ),
             table(
                 f"Idle allocations (activity under {idle_pct} over {window})",
                 "percentunit",
