@@ -70,14 +70,7 @@ def recording_case(cfg: Config, w: World) -> dict[str, Any]:
         rec["namespace_idle_hours"]: per_ns(rec["namespace_idle_hours"], 1.5, 0, 0),
         rec["cluster_idle_cost"]: total(rec["cluster_idle_cost"], 1.5 * price),
     }
-    return {
-        "interval": "1m",
-        "input_series": _input_series(series),
-        "promql_expr_test": [
-            {"expr": expr, "eval_time": "90m", "exp_samples": samples}
-            for expr, samples in expected.items()
-        ],
-    }
+    return _expr_group(series, expected)
 
 
 def scheduling_case(w: World) -> dict[str, Any]:
@@ -118,6 +111,11 @@ def scheduling_case(w: World) -> dict[str, Any]:
         f'{ns}{{namespace="idle"}}': [],
         f'{cluster}{{quantile="0.5"}}': [sample(cluster, "0.5", 30)],
     }
+    return _expr_group(series, expected)
+
+
+def _expr_group(series: list[Series], expected: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A test group of recorded series: each expression's samples at minute 90."""
     return {
         "interval": "1m",
         "input_series": _input_series(series),
