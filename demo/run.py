@@ -7,16 +7,21 @@ the stack (gRPC, pydantic, the rules generator) is imported only when the demo r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kube_gpu_exporter.exporter.units import parse_port
+
+if TYPE_CHECKING:
+    from kube_gpu_exporter.demo.stack import Stack
 
 # The story node lives beside the simulated backend (`serve --simulate` in the image uses it too);
 # its thresholds, the defaults with shorter durations, belong to the demo.
@@ -25,21 +30,36 @@ SCENARIO = (
 )
 THRESHOLDS = Path(__file__).resolve().with_name("thresholds.yaml")
 POLL_SECONDS = 5.0
+STORY_END_SECONDS = 270.0  # the memory alert has resolved: the story has been told
+REFUSAL_SECONDS = 30.0  # how often the quota refuses the Job's pod again
+EXPLAIN_SECONDS = 30.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, terminal closed
+PORTS = {
+    "exporter": 19400,
+    "prometheus": 19090,
+    "alertmanager": 19093,
+    "cluster": 19401,
+    "alerts": 19094,
+}
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 STORY = """\
 The story (the node is simulated; alerts use the generated rules with shorter durations):
   GPU 0  ml/llm-pretrain-0 trains flat out; from 0:30 it runs hot and throttles
-         → GPUTemperatureHigh, GPUThermalThrottling
+         → GPUTemperatureHigh, GPUThermalThrottling (routed to the pod that holds the GPU)
   GPU 1  lab/notebook-alice holds a whole H100 and leaves it idle       → GPUAllocatedIdle
   GPU 2  ml/finetune-llama's memory climbs towards CUDA OOM            → GPUMemoryNearFull;
          at 4:00 it is restarted with a smaller batch and the alert resolves
   GPU 3  an A100 in MIG instances: ml/embeddings (3g.20gb), lab/notebook-bob (2g.10gb),
          one 1g.5gb free
-  GPU 4  time-sliced into 4 replicas, 3 serving pods share it (usage split per process needs
-         --kubernetes.enabled in a cluster)
-Expect the first alerts in Alertmanager within about two minutes. Ctrl-C stops everything."""
+  GPU 4  time-sliced into 4 replicas: serving/chat-0, -1 and -2 share it, each pod's memory
+         and utilization on its own (nvidia_gpu_pod_*, from the pod watch); chat-2 barely
+         uses its share                                   → GPUAllocatedIdle serving/chat
+Around the node, the cluster view shows GPU pods that wait: ml/llm-sft-0 (2 GPUs, one free
+on each of four nodes: fragmented), ml/pretrain-70b-0 (8 GPUs: the only empty node is
+tainted), and the research namespace's Job whose GPU quota is used up.
+Expect the first alerts within about 75 seconds. Ctrl-C stops everything."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address every part listens on (default 127.0.0.1)"
     )
-    for part, port in (("exporter", 19400), ("prometheus", 19090), ("alertmanager", 19093)):
+    for part, port in PORTS.items():
         parser.add_argument(
             f"--port.{part}",
             dest=f"port_{part}",
@@ -68,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
     parser.add_argument(
         "--workdir",
-        help="where configs, data and logs go (default: a temporary folder, removed at exit)",
+        help="where configs, data and logs go, kept after the demo (default: a temporary "
+        "folder, removed at exit unless a part failed)",
     )
 
 
@@ -93,67 +114,126 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kgx-demo-"))
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
+    failed = True
     try:
         spec = StackSpec(
             scenario=Path(args.scenario),
             thresholds=load_config(args.thresholds),
             workdir=workdir,
             host=args.host,
-            ports=Ports(args.port_exporter, args.port_prometheus, args.port_alertmanager),
+            ports=Ports(**{part: getattr(args, f"port_{part}") for part in PORTS}),
+            cluster=True,
         )
         with Stack(spec) as stack:
-            _banner(stack, workdir)
+            _say(_banner(stack, keep=bool(args.workdir)))
             failed = _watch(stack, stop)
-        print("\nstopped the exporter, the kubelet, Prometheus and Alertmanager")
+        _say("\nstopped the exporter, the cluster view, the kubelet, Prometheus and Alertmanager")
         return EXIT_FAILED if failed else 0
     except InputError as exc:  # the thresholds (ConfigError), the scenario, a port taken
         print(f"kube-gpu-exporter demo: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if failed and any(workdir.glob("*.log")):
+                _say(f"the logs are kept in {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _banner(stack: Any, workdir: Path) -> None:
-    print(
+def _banner(stack: Stack, keep: bool) -> str:
+    from kube_gpu_exporter.demo.cluster_story import FRAGMENTED_POD
+
+    kept = "kept" if keep else "removed at exit; --workdir DIR keeps them"
+    alertmanager = stack.url("alertmanager")
+    events = "" if stack.refusals else " (this API server keeps no events yet)"
+    return (
         "kube-gpu-exporter demo is up:\n"
         f"  exporter      {stack.url('exporter')}/metrics\n"
-        f"  Prometheus    {stack.url('prometheus')}/alerts\n"
-        f"  Alertmanager  {stack.url('alertmanager')}/#/alerts\n"
-        f"  logs          {workdir}\n\n{STORY}\n",
-        flush=True,
+        f"  cluster view  {stack.url('cluster')}/metrics\n"
+        f"  Prometheus    {stack.url('prometheus')}{stack.prometheus_alerts}\n"
+        f"  alerts        {stack.url('alerts')}/  (what Alertmanager holds; or: amtool "
+        f"--alertmanager.url={alertmanager} alert query)\n"
+        f"  work folder   {stack.spec.workdir}  (configs, data, logs; {kept})\n"
+        f"  kubeconfig    {stack.kubeconfig}  (the demo's API server{events})\n\n"
+        f"Why a GPU pod waits (kube-gpu-exporter explain --kubeconfig={stack.kubeconfig} "
+        f"-n {FRAGMENTED_POD[0]} {FRAGMENTED_POD[1]}):\n{_explain(stack)}\n{STORY}\n"
     )
 
 
-def _watch(stack: Any, stop: threading.Event) -> bool:
+def _explain(stack: Stack) -> str:
+    """`explain`'s report on the fragmented pod, indented, as a user would see it."""
+    from kube_gpu_exporter.demo.cluster_story import FRAGMENTED_POD
+
+    namespace, name = FRAGMENTED_POD
+    command = [
+        sys.executable,
+        "-m",
+        "kube_gpu_exporter.exporter",
+        "explain",
+        "-n",
+        namespace,
+        name,
+        f"--kubeconfig={stack.kubeconfig}",
+        "--color=never",
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=EXPLAIN_SECONDS)
+    except subprocess.TimeoutExpired:
+        return "  (explain did not answer)\n"
+    text = done.stdout or done.stderr
+    return "".join(f"  {line}\n" for line in text.strip().splitlines())
+
+
+def weekly_report(stack: Stack) -> Path | None:
+    """The week's HTML report from the demo's Prometheus, written when the story has been
+    told; `kube-gpu-exporter report` will write it. None until that command exists."""
+    return None
+
+
+def _watch(stack: Stack, stop: threading.Event) -> bool:
     """Print alerts as Alertmanager gets and resolves them; True if a part died."""
-    started = time.monotonic()
     active: dict[tuple[str, ...], str] = {}
+    told = False
+    refused_at = 0.0
     while not stop.wait(POLL_SECONDS):
         dead = stack.exited()
         if dead is not None:
-            print(f"{dead} exited unexpectedly; its log: {stack.spec.workdir / dead}.log")
+            _say(f"{dead} exited unexpectedly; its log: {stack.children.log_path(dead)}")
             return True
+        elapsed = time.monotonic() - stack.story_started
+        if elapsed - refused_at >= REFUSAL_SECONDS and stack.record_refusal():
+            refused_at = elapsed
+        if elapsed >= STORY_END_SECONDS and not told:
+            told = True
+            report = weekly_report(stack)
+            if report is not None:
+                _say(f"the week's report: {report}")
         try:
             alerts = stack.alerts()
         except OSError:
             continue
         now = {_key(a): a["annotations"].get("summary", "") for a in alerts}
-        elapsed = time.monotonic() - started
         stamp = f"[{int(elapsed) // 60}:{int(elapsed) % 60:02d}]"
         for key in sorted(now.keys() - active.keys()):
-            print(f"{stamp} firing    {_describe(key)}  {now[key]}", flush=True)
+            _say(f"{stamp} firing    {_describe(key)}  {now[key]}")
         for key in sorted(active.keys() - now.keys()):
-            print(f"{stamp} resolved  {_describe(key)}", flush=True)
+            _say(f"{stamp} resolved  {_describe(key)}")
         active = now
     return False
 
 
+def _say(text: str, file: TextIO | None = None) -> None:
+    """Print, unless the terminal has gone (closed: the demo still stops its parts)."""
+    with contextlib.suppress(OSError):
+        print(text, file=file or sys.stdout, flush=True)
+
+
 def _key(alert: dict[str, Any]) -> tuple[str, ...]:
     labels = alert["labels"]
-    return tuple(labels.get(k, "") for k in ("alertname", "namespace", "pod", "gpu"))
+    who = labels.get("pod") or labels.get("workload", "")  # a workload's alert has no pod
+    return (labels["alertname"], labels.get("namespace", ""), who, labels.get("gpu", ""))
 
 
 def _describe(key: tuple[str, ...]) -> str:

@@ -1,17 +1,18 @@
-"""The demo's processes: the exporter, a pod-resources server, Prometheus and Alertmanager.
+"""The demo's parts: the exporter, a pod-resources server, Prometheus and Alertmanager, and
+for the whole demo a Kubernetes API server, the cluster view and a page of the alerts.
 
 Prometheus and Alertmanager are Debian's `prometheus` and `prometheus-alertmanager`, run as
 they would be on a monitoring host, with the rules `generate` makes from a thresholds file.
-The same stack runs the end-to-end alert test, with a webhook receiver in the test.
-Each process writes its log under the work folder; `stop()` ends every one it started.
+The same stack without the cluster runs the end-to-end alert test, with a webhook receiver
+in the test. Every port is checked before anything starts; each process writes its log
+under the work folder (children.py); `stop()` ends every part it started.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 import urllib.request
@@ -22,21 +23,29 @@ from typing import Any
 
 import yaml
 
+from kube_gpu_exporter.demo import ports
+from kube_gpu_exporter.demo.alerts_page import AlertsPage
+from kube_gpu_exporter.demo.children import Children, DemoError, answers
+from kube_gpu_exporter.demo.cluster_story import (
+    STORY_NODE,
+    populate,
+    record_refusal,
+    write_procfs,
+)
+from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
 from kube_gpu_exporter.demo.pod_resources_server import PodResourcesServer
 from kube_gpu_exporter.exporter.generate.outputs import RULES_FILE, render_outputs
-from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 
+__all__ = ["DemoError", "Ports", "Stack", "StackSpec"]
+
 JOB = "kube-gpu-exporter"  # the job the generated rules select (selectors.exporter)
-START_SECONDS = 60.0
-STOP_SECONDS = 10.0
-
-
-class DemoError(InputError):
-    """The stack cannot run here (a binary missing, a port taken); one line, exit 2."""
+CLUSTER_JOB = "kube-gpu-exporter-cluster"  # as deploy/cluster.yaml's Service names it
+EXPORTER = [sys.executable, "-m", "kube_gpu_exporter.exporter"]
+CLUSTER_PARTS = ("cluster", "alerts")  # the ports only the whole demo listens on
 
 
 @dataclass(frozen=True)
@@ -44,12 +53,16 @@ class Ports:
     exporter: int = 19400
     prometheus: int = 19090
     alertmanager: int = 19093
+    cluster: int = 19401
+    alerts: int = 19094
 
 
 @dataclass(frozen=True)
 class StackSpec:
     """What to run. `exporter_args` choose the exporter's backend (by default the scenario
-    through `--simulate`); `exporter_env` is added to its environment."""
+    through `--simulate`); `exporter_env` is added to its environment. `cluster` adds the
+    API server with the story's pods (the exporter watches them), the cluster view and the
+    alerts page."""
 
     scenario: Path
     thresholds: Config
@@ -60,21 +73,29 @@ class StackSpec:
     webhook_url: str | None = None
     exporter_args: Sequence[str] | None = None
     exporter_env: Mapping[str, str] = field(default_factory=dict)
+    cluster: bool = False
 
 
 class Stack:
-    """Starts the four parts in dependency order; a context manager that stops them all."""
+    """Starts the parts in dependency order; a context manager that stops them all."""
 
     def __init__(self, spec: StackSpec) -> None:
         self.spec = spec
         self.kubelet = PodResourcesServer(spec.workdir / "kubelet.sock")
-        self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.children = Children(spec.workdir)
+        self.api: KubeApiServer | None = None
+        self.kubeconfig = spec.workdir / "kubeconfig"
+        self.refusals = 0  # the quota's refusals told as FailedCreate events so far
+        self.prometheus_alerts = "/alerts"  # or /classic/alerts where the new UI is missing
+        self.story_started = time.monotonic()  # when the exporter started playing the story
+        self._page: AlertsPage | None = None
 
     def url(self, part: str) -> str:
         return f"http://{self.spec.host}:{getattr(self.spec.ports, part)}"
 
     def start(self) -> None:
         binaries = {name: _binary(name) for name in ("prometheus", "prometheus-alertmanager")}
+        self._check_ports()
         spec = self.spec
         spec.workdir.mkdir(parents=True, exist_ok=True)
         scenario = Scenario.load(spec.scenario)
@@ -83,24 +104,24 @@ class Stack:
         try:
             self.kubelet.start()
             self._start_alertmanager(binaries["prometheus-alertmanager"])
-            self._start_exporter()
+            exporter_args: list[str] = []
+            if spec.cluster:
+                exporter_args = self._start_cluster(scenario)
+            self._start_exporter(exporter_args)
             self._start_prometheus(binaries["prometheus"])
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        for _, proc in reversed(self._procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in reversed(self._procs):
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._procs.clear()
+        self.children.stop()
         self.kubelet.stop()
+        if self.api is not None:
+            self.api.close()
+            self.api = None
+        if self._page is not None:
+            self._page.close()
+            self._page = None
 
     def __enter__(self) -> Stack:
         self.start()
@@ -111,10 +132,10 @@ class Stack:
 
     def exited(self) -> str | None:
         """The name of a part that has exited, if one has."""
-        return next((name for name, proc in self._procs if proc.poll() is not None), None)
+        return self.children.exited()
 
     def log(self, part: str) -> str:
-        return (self.spec.workdir / f"{part}.log").read_text(errors="replace")
+        return self.children.log_path(part).read_text(errors="replace")
 
     def alerts(self) -> list[dict[str, Any]]:
         """Alertmanager's active alerts (its v2 API)."""
@@ -123,7 +144,57 @@ class Stack:
             alerts: list[dict[str, Any]] = json.load(response)
         return alerts
 
+    def record_refusal(self) -> bool:
+        """The quota refuses the Job's pod once more (its controller retries); False where
+        the API server keeps no events."""
+        if self.api is None or not record_refusal(self.api, self.refusals + 1):
+            return False
+        self.refusals += 1
+        return True
+
     # --- the parts -------------------------------------------------------------------------
+
+    def _check_ports(self) -> None:
+        """Every port free before anything starts, or one line naming the first one taken
+        and, where /proc tells, what holds it."""
+        for part, port in dataclasses.asdict(self.spec.ports).items():
+            if part in CLUSTER_PARTS and not self.spec.cluster:
+                continue
+            if ports.in_use(self.spec.host, port):
+                holder = ports.holder(port)
+                by = f" by {holder}" if holder else ""
+                raise DemoError(
+                    f"port {port} is in use{by}: stop it, or give the demo another "
+                    f"with --port.{part}=PORT"
+                )
+
+    def _start_cluster(self, scenario: Scenario) -> list[str]:
+        """The API server with the story's cluster, the alerts page and the cluster view;
+        returns the exporter's flags to watch the story node's pods."""
+        spec = self.spec
+        self.api = KubeApiServer().__enter__()
+        populate(self.api, scenario)
+        self.api.write_kubeconfig(self.kubeconfig)
+        procfs = write_procfs(spec.workdir / "proc", scenario)
+        self._page = AlertsPage(spec.host, spec.ports.alerts, self.url("alertmanager"))
+        self.children.start(
+            "cluster",
+            [
+                *EXPORTER,
+                "cluster",
+                f"--web.listen-address={spec.host}:{spec.ports.cluster}",
+                f"--cluster.interval={spec.interval}",
+                f"--kubernetes.kubeconfig={self.kubeconfig}",
+            ],
+            f"{self.url('cluster')}/healthz",
+        )
+        self.record_refusal()
+        return [
+            "--kubernetes.enabled",
+            f"--kubernetes.kubeconfig={self.kubeconfig}",
+            f"--kubernetes.node-name={STORY_NODE}",
+            f"--path.procfs={procfs}",
+        ]
 
     def _start_alertmanager(self, binary: str) -> None:
         spec = self.spec
@@ -143,7 +214,7 @@ class Stack:
             "inhibit_rules": inhibit_rules(spec.thresholds),
         }
         path = self._write("alertmanager.yml", yaml.safe_dump(config))
-        self._run(
+        self.children.start(
             "alertmanager",
             [
                 binary,
@@ -155,22 +226,22 @@ class Stack:
             f"{self.url('alertmanager')}/-/ready",
         )
 
-    def _start_exporter(self) -> None:
+    def _start_exporter(self, kubernetes_args: list[str]) -> None:
         spec = self.spec
         backend = spec.exporter_args
         if backend is None:
             backend = ["--simulate", str(spec.scenario)]
-        self._run(
+        self.story_started = time.monotonic()
+        self.children.start(
             "exporter",
             [
-                sys.executable,
-                "-m",
-                "kube_gpu_exporter.exporter",
+                *EXPORTER,
                 "serve",
                 f"--web.listen-address={spec.host}:{spec.ports.exporter}",
                 f"--collector.interval={spec.interval}",
                 f"--kubelet.pod-resources-socket={self.kubelet.socket_path}",
                 f"--kubelet.interval={spec.interval}",
+                *kubernetes_args,
                 *backend,
             ],
             f"{self.url('exporter')}/healthz",
@@ -180,13 +251,14 @@ class Stack:
     def _start_prometheus(self, binary: str) -> None:
         spec = self.spec
         rules = self._write(RULES_FILE, render_outputs(spec.thresholds)[RULES_FILE])
+        jobs = {JOB: spec.ports.exporter}
+        if spec.cluster:
+            jobs[CLUSTER_JOB] = spec.ports.cluster
         config = {
             "global": {"scrape_interval": spec.interval, "evaluation_interval": spec.interval},
             "scrape_configs": [
-                {
-                    "job_name": JOB,
-                    "static_configs": [{"targets": [f"{spec.host}:{spec.ports.exporter}"]}],
-                }
+                {"job_name": job, "static_configs": [{"targets": [f"{spec.host}:{port}"]}]}
+                for job, port in jobs.items()
             ],
             "rule_files": [str(rules)],
             "alerting": {
@@ -196,7 +268,7 @@ class Stack:
             },
         }
         path = self._write("prometheus.yml", yaml.safe_dump(config))
-        self._run(
+        self.children.start(
             "prometheus",
             [
                 binary,
@@ -206,32 +278,14 @@ class Stack:
             ],
             f"{self.url('prometheus')}/-/ready",
         )
+        # Debian's Prometheus 2.x is built without the new UI: its alerts are on the classic one.
+        if not answers(f"{self.url('prometheus')}/alerts"):
+            self.prometheus_alerts = "/classic/alerts"
 
     def _write(self, name: str, text: str) -> Path:
         path = self.spec.workdir / name
         path.write_text(text)
         return path
-
-    def _run(
-        self, name: str, argv: list[str], ready_url: str, env: Mapping[str, str] | None = None
-    ) -> None:
-        """Start a part, its output in `<name>.log`, and wait until `ready_url` answers 200."""
-        with (self.spec.workdir / f"{name}.log").open("wb") as log:
-            proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
-                start_new_session=True,  # Ctrl-C reaches the demo, which stops each part
-            )
-        self._procs.append((name, proc))
-        deadline = time.monotonic() + START_SECONDS
-        while not _answers(ready_url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = " | ".join(self.log(name).strip().splitlines()[-3:])
-                raise DemoError(f"{name} did not start ({ready_url}): {tail or 'no output'}")
-            time.sleep(0.2)
 
 
 def _binary(name: str) -> str:
@@ -242,11 +296,3 @@ def _binary(name: str) -> str:
             "(`make demo` does it)"
         )
     return path
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False

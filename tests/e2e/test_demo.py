@@ -1,12 +1,13 @@
-"""`kube-gpu-exporter demo`: the story's kubelet listing, bad input, and a run stopped by Ctrl-C.
+"""`kube-gpu-exporter demo`: the story's kubelet listing, bad input and a port in use.
 
-The alerts the demo's stack delivers are tested end to end in test_alerts_e2e.py.
+Whole runs as a user meets them are in test_demo_stack.py; the alerts the demo's stack delivers
+are tested end to end in test_alerts_e2e.py.
 """
 
 from __future__ import annotations
 
 import os
-import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario, ScenarioError
-from support import exporter_command, free_port, http_get, wait_until
+from support import exporter_command, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"
@@ -91,60 +92,24 @@ def test_bad_thresholds_and_a_missing_binary_are_one_line_errors(tmp_path: Path)
     assert "`prometheus` is not installed" in result.stderr
 
 
-def test_the_demo_serves_and_ctrl_c_stops_every_process(tmp_path: Path) -> None:
-    ports = [free_port() for _ in range(3)]
+def test_a_port_in_use_is_named_with_its_holder_before_anything_starts(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    flags = [f"--port.{part}={port}" for part, port in zip(PARTS, ports, strict=True)]
-    proc = subprocess.Popen(
-        exporter_command("demo", f"--workdir={workdir}", *flags),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        banner = ""
-        while "Ctrl-C stops everything" not in banner:
-            line = proc.stdout.readline()
-            assert line, f"the demo ended early: {banner}"
-            banner += line
-        for port in ports:
-            assert f"127.0.0.1:{port}" in banner
-        metrics = f"http://127.0.0.1:{ports[0]}/metrics"
-        allocation = 'nvidia_gpu_allocation_info{container="jupyter"'
-        wait_until(lambda: allocation in http_get(metrics)[2].decode(), 30, "the pods' GPUs")
-        rules = http_get(f"http://127.0.0.1:{ports[1]}/api/v1/rules")[2].decode()
-        assert "GPUAllocatedIdle" in rules
-        children = _children(proc.pid)
-        assert len(children) == 3  # Alertmanager, the exporter, Prometheus
-
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=30)
-        assert proc.returncode == 0, output
-        assert "stopped the exporter, the kubelet, Prometheus and Alertmanager" in output
-        assert "Traceback" not in output
-        wait_until(lambda: not any(_alive(pid) for pid in children), 5, "every part to exit")
-        assert not (workdir / "kubelet.sock").exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    chosen = {part: free_port() for part in PARTS}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", chosen["alertmanager"]))
+        taken.listen()
+        flags = [f"--port.{part}={port}" for part, port in chosen.items()]
+        result = run_demo(f"--workdir={workdir}", *flags)
+    holder = f"{Path('/proc/self/comm').read_text().strip()} (pid {os.getpid()})"  # this test
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"kube-gpu-exporter demo: error: port {chosen['alertmanager']} is in use by {holder}: "
+        "stop it, or give the demo another with --port.alertmanager=PORT"
+    ]
+    assert not list(workdir.glob("*.log"))  # nothing was started
 
 
-PARTS = ("exporter", "prometheus", "alertmanager")
-
-
-def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+PARTS = ("exporter", "prometheus", "alertmanager", "cluster", "alerts")
 
 
 def test_alerts_are_described_by_pod_and_gpu_when_they_have_them() -> None:
