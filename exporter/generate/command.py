@@ -1,5 +1,10 @@
 """`kube-gpu-exporter generate`: the thresholds file → rules, promtool tests, runbooks and
-dashboards, written to `deploy/` (and `docs/runbooks.md`), or compared with them (`--check`).
+dashboards, written (or compared with the disk: `--check`) where `WHERE` says.
+
+Without `--out` the files go where this repository keeps them, `deploy/` and
+`docs/runbooks.md`; with `--out DIR` every file goes under DIR, the runbooks as DIR/runbooks.md
+(a `--out` of another thresholds file, run in a checkout, once overwrote the checkout's
+runbooks). Only an explicit `--runbooks FILE` puts them elsewhere.
 
 The exporter's CLI adds the subcommand with `add_arguments` and calls `run`. This module
 imports only argparse at load time — validation, rules and dashboards load when `run` is
@@ -15,6 +20,15 @@ from pathlib import Path
 PROG = "kube-gpu-exporter"
 EXIT_STALE = 1
 EXIT_USAGE = 2
+DEFAULT_OUT = "deploy"
+DEFAULT_RUNBOOKS = "docs/runbooks.md"
+RUNBOOKS_IN_OUT = "runbooks.md"  # the runbooks' name under --out DIR
+# What `generate --help` says after its opening line.
+WHERE = f"""\
+Without --out it writes this repository's {DEFAULT_OUT}/ and {DEFAULT_RUNBOOKS}. With --out DIR
+everything goes under DIR, the runbooks as DIR/{RUNBOOKS_IN_OUT}, unless --runbooks names
+another file.
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,20 +41,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         metavar="DIR",
-        default="deploy",
-        help="folder for the rules, promtool tests and dashboards (default deploy)",
+        help="folder for everything generated: rules, promtool tests, dashboards, manifests "
+        f"and {RUNBOOKS_IN_OUT} (default {DEFAULT_OUT}, with the runbooks in "
+        f"{DEFAULT_RUNBOOKS})",
     )
     parser.add_argument(
         "--runbooks",
         metavar="FILE",
-        default="docs/runbooks.md",
-        help="where the runbooks go (default docs/runbooks.md)",
+        help=f"where the runbooks go instead (default DIR/{RUNBOOKS_IN_OUT} with --out, "
+        f"else {DEFAULT_RUNBOOKS})",
     )
     parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 if the files on disk differ from what would be written",
     )
+
+
+def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(the output folder, the runbooks file) the flags name: `--out DIR` keeps everything
+    under DIR; no `--out` is the repository's own layout."""
+    if args.runbooks:
+        runbooks = Path(args.runbooks)
+    elif args.out:
+        runbooks = Path(args.out) / RUNBOOKS_IN_OUT
+    else:
+        runbooks = Path(DEFAULT_RUNBOOKS)
+    return Path(args.out or DEFAULT_OUT), runbooks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config)
-        out_dir, runbooks = Path(args.out), Path(args.runbooks)
+        out_dir, runbooks = output_paths(args)
         if not args.check:  # before rendering, so a bad path fails at once and writes nothing
             check_output_dir(out_dir, "--out")
             check_output_file(runbooks, "--runbooks")
@@ -81,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `generate` on its own (`python -m kube_gpu_exporter.exporter.generate.command`)."""
-    parser = argparse.ArgumentParser(prog=f"{PROG} generate", description=__doc__)
+    parser = argparse.ArgumentParser(prog=f"{PROG} generate", description=WHERE)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
