@@ -15,15 +15,15 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from kube_gpu_exporter.demo import run as demo_cli
-from kube_gpu_exporter.exporter import __version__, app, cluster_app, logs
+from kube_gpu_exporter.exporter import __version__, app, cluster_app, help_text, logs
 from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.cluster.explain import command as explain_cli
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.generate import command as generate_cli
-from kube_gpu_exporter.exporter.input_errors import one_line
+from kube_gpu_exporter.exporter.input_errors import one_line, quoted
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS
 from kube_gpu_exporter.exporter.report import command as report_cli
@@ -34,22 +34,30 @@ from kube_gpu_exporter.exporter.serve.flags import (
     interval,
     positive_duration,
 )
+from kube_gpu_exporter.exporter.units import OutOfRange, parse_int
 
 # 9100-9999 (the Prometheus exporter range) is fully allocated; 9400 is dcgm-exporter's and
 # 9835 nvidia_gpu_exporter's. 19400 sits outside the range, clear of the kubelet's 10250-10259.
 DEFAULT_PORT = 19400
 EXIT_USAGE = 2
 __all__ = ["DEFAULT_PORT", "RESERVED_PATHS", "build_parser", "main"]
-# What `--help` says above the commands.
+# What `--help` says above the commands, and below them.
 DESCRIPTION = """\
-Command line: flags only, in the Prometheus exporter style.
-
-Every bad input ends in one line on stderr and exit status 2, never a traceback: an operator
-reading `kubectl logs` of a crash-looping pod should see what to fix at once.
+kube-gpu-exporter: a Prometheus exporter for NVIDIA GPUs on Kubernetes. It serves each GPU's
+health and usage with the pod that holds it, the cluster's GPU capacity and why GPU pods wait,
+and writes the alert rules, dashboards and manifests that go with them.
+"""
+EPILOG = """\
+`kube-gpu-exporter <command> --help` shows what a command does and its flags. Bad input (a flag,
+a file, a server that cannot be reached) is one line on stderr and exit status 2.
 """
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", help_text.ParagraphFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         # argparse quotes the value whole ("invalid choice: '<4 MiB>'"): bounded, one line.
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see --help)\n")
@@ -64,19 +72,36 @@ def sysfs_root(value: str) -> str:
 
 
 def xid_codes(value: str) -> tuple[int, ...]:
-    """`48,79,94` → (48, 79, 94); "" for none."""
+    """`48,79,94` → (48, 79, 94); "" for none. Xid codes have three digits today."""
     words = [w.strip() for w in value.split(",") if w.strip()]
-    if not all(w.isdigit() and int(w) > 0 for w in words):
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of Xid codes: {value!r}")
-    return tuple(sorted({int(w) for w in words}))
+    try:
+        return tuple(sorted({parse_int(w, 1, 9999, "Xid code") for w in words}))
+    except OutOfRange as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of Xid codes: {quoted(value)}"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kube-gpu-exporter", description=DESCRIPTION)
+    parser = _Parser(
+        prog="kube-gpu-exporter",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=help_text.CommandListFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(
+        title="commands", dest="command", metavar="command", required=True, parser_class=_Parser
+    )
 
-    serve = commands.add_parser("serve", help="serve the node's GPU metrics to Prometheus")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the node's GPU metrics to Prometheus",
+        description="Reads every GPU through NVML (or plays a --simulate scenario), names the "
+        "pod holding each device from the kubelet, and answers scrapes on --web.listen-address.",
+    )
     add_web_flags(serve, DEFAULT_PORT)
     duration_flag(
         serve,
@@ -206,12 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         const=None,
         help="serve only our own names (the default)",
     )
-    serve.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
-    serve.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
+    logs.add_flags(serve)
 
     generate = commands.add_parser(
         "generate",
         help="write the alert rules, promtool tests, runbooks and dashboards",
+        description=generate_cli.WHERE,
     )
     generate_cli.add_arguments(generate)
 
@@ -223,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cli.register(commands)
     cluster_app.register(commands)
     report_cli.register(commands)
+    help_text.open_with_summaries(commands)
     return parser
 
 

@@ -50,8 +50,7 @@ def register(commands: Any) -> None:
         help="kubeconfig to use instead of the in-cluster service account",
     )
     add_gpu_flags(parser, "cluster.")
-    parser.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
-    parser.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
+    logs.add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -14,6 +15,27 @@ LEVELS = {
     "error": logging.ERROR,
 }
 FORMATS = ("logfmt", "json")
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """`--log.level` and `--log.format`, declared once for every command that logs, so their
+    names, choices and help cannot drift apart between `serve` and `cluster`."""
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        choices=list(LEVELS),
+        default="info",
+        metavar="LEVEL",
+        help=f"the least severe messages logged: {', '.join(LEVELS)} (default info)",
+    )
+    parser.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=FORMATS,
+        default="logfmt",
+        metavar="FORMAT",
+        help="how each line on stderr is written: logfmt (key=value) or json (default logfmt)",
+    )
 
 
 def _timestamp(record: logging.LogRecord) -> str:

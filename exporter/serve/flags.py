@@ -15,10 +15,13 @@ from collections.abc import Callable
 
 from kube_gpu_exporter.exporter.input_errors import one_line, quoted
 from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS
-from kube_gpu_exporter.exporter.units import parse_duration, parse_port
+from kube_gpu_exporter.exporter.units import OutOfRange, parse_duration, parse_int, parse_port
 
 MIN_INTERVAL = 0.1  # seconds: --collector.interval, --kubelet.interval
 MAX_DURATION = 86400.0  # seconds: every duration flag
+# --web.max-requests, --web.max-connections: beyond any file-descriptor limit, so a larger
+# number is a typo, not a setting.
+MAX_COUNT = 1_000_000
 # What the server answers itself (server.py): the landing page and the kubelet's probes.
 RESERVED_PATHS = PROBE_PATHS | {"/"}
 _URL_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
@@ -27,12 +30,15 @@ _URL_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
 def listen_address(value: str) -> tuple[str, int]:
     """`host:port`, `:port` or `[v6]:port` → (host, port); an empty host means every address."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or not (port_text.isascii() and port_text.isdigit()):
-        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)} (use host:port)")
+    port: int | None = None
     try:
-        port = parse_port(port_text)
-    except ValueError as exc:  # out of range: say so rather than "use host:port"
+        port = parse_port(port_text) if sep else None
+    except OutOfRange as exc:  # the port is the problem, not the shape
         raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}: {exc}") from None
+    except ValueError:
+        pass
+    if port is None:
+        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)} (use host:port)")
     host = host.removeprefix("[").removesuffix("]")
     if ":" in host:
         try:
@@ -80,15 +86,20 @@ def telemetry_path(value: str) -> str:
 
 
 def non_negative_int(value: str) -> int:
-    if not (value.isascii() and value.isdigit()):
-        raise argparse.ArgumentTypeError(f"not a non-negative integer: {value!r}")
-    return int(value)
+    """A count where 0 means no limit (--web.max-requests)."""
+    return _count(value, 0)
 
 
 def positive_int(value: str) -> int:
-    if not (value.isascii() and value.isdigit()) or int(value) == 0:
-        raise argparse.ArgumentTypeError(f"not a positive integer: {value!r}")
-    return int(value)
+    """A count of at least 1 (--web.max-connections)."""
+    return _count(value, 1)
+
+
+def _count(value: str, lowest: int) -> int:
+    try:
+        return parse_int(value, lowest, MAX_COUNT)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def duration_flag(

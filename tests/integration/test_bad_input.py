@@ -204,9 +204,9 @@ def test_the_demo_checks_its_workdir(tmp_path: Path) -> None:
         ("--collector.interval=0.09s", "must be at least 100ms"),
         ("--kubelet.interval=50ms", "--kubelet.interval: must be at least 100ms"),
         ("--collector.interval=" + "9" * 400 + "h", "must be at most 24h"),
-        ("--web.listen-address=:99999", "port 99999 out of range 0–65535"),
-        ("--web.listen-address=[::1]:65536", "port 65536 out of range 0–65535"),
-        ("--web.listen-address=:" + "9" * 5000, "out of range 0–65535"),
+        ("--web.listen-address=:99999", "port 99999 out of range 1–65535"),
+        ("--web.listen-address=[::1]:65536", "port 65536 out of range 1–65535"),
+        ("--web.listen-address=:" + "9" * 5000, "out of range 1–65535"),
         ("--web.listen-address=:²", "(use host:port)"),
         ("--log.level=" + "x" * 100_000, "invalid choice"),
     ],
@@ -220,7 +220,7 @@ def test_good_serve_flags_are_accepted() -> None:
         "--web.telemetry-path=/gpu/metrics",
         "--collector.interval=100ms",
         "--kubelet.interval=0.1s",
-        "--web.listen-address=127.0.0.1:0",
+        "--web.listen-address=127.0.0.1:19400",
     ]
     assert run_cli(["serve", "--simulate", DEMO, *flags]) == (0, "")
 
