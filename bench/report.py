@@ -368,13 +368,15 @@ def render(r: Results, when: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_readme(path: Path, section: str) -> None:
+def update_readme(
+    path: Path, section: str, start: str = START_MARKER, end: str = END_MARKER
+) -> None:
     """Replace what lies between the markers, keeping the hand-written text around them."""
     text = path.read_text() if path.exists() else ""
-    block = f"{START_MARKER}\n{section}{END_MARKER}"
-    if START_MARKER in text and END_MARKER in text:
-        head, rest = text.split(START_MARKER, 1)
-        tail = rest.split(END_MARKER, 1)[1]
+    block = f"{start}\n{section}{end}"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        tail = rest.split(end, 1)[1]
         text = head + block + tail
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"

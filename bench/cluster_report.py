@@ -1,0 +1,289 @@
+"""The cluster view bench's figures, and the markdown its section of bench/README.md shows.
+
+Each figure stands beside its target where it has one ("met" or "missed"); a missed target
+is a finding, not a failure, so nothing here decides the exit status.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from abuse import Scrapes
+from cluster_churn import ChurnResult
+from cluster_fleet import PENDING
+from errors import BenchError
+from wrk import Load, WrkResult
+
+MIB = 1 << 20
+RSS_TARGET = 300 * MIB
+P99_TARGET_MS = 10.0
+BUILD = "kube_gpu_cluster_build_duration_seconds"
+WATCHED = 'kube_gpu_cluster_watched_objects{{resource="{resource}"}}'
+_REASON = re.compile(r'reason="([^"]*)"')
+# What each pending group of cluster_fleet.PENDING is designed to be classified as.
+DESIGNED = {
+    "fragmented": "fragmented",
+    "insufficient": "insufficient_gpus",
+    "wrong-type": "gpu_type_unavailable",
+    "tainted": "taint_not_tolerated",
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # time.monotonic()
+    rss: int
+    build_s: float  # the last build's duration, as the scrape said
+    pods: int  # watched pods, as the scrape said
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The process's pod list as the test server saw it (its request log)."""
+
+    pages: int
+    began_s: float  # first page request, after the process's start
+    took_s: float  # first page request → last page request
+
+
+@dataclass(frozen=True)
+class Window:
+    """The churn, and what the process did under it."""
+
+    churn: ChurnResult
+    samples: list[Sample]  # once a second over the whole window
+    quiet_cpu_per_s: float  # churn and a scrape a second
+    quiet_s: float
+    scraper: Scrapes  # a Prometheus-like scraper, churn going on
+    scraper_s: float
+    plain: WrkResult
+    gzip: WrkResult
+    wrk_cpu_per_s: float  # churn and wrk
+
+
+@dataclass(frozen=True)
+class After:
+    """The first view built after the churn: when, and what it held."""
+
+    seconds: float  # after the churn stopped
+    pods: int
+    allocated: int  # nvidia.com/gpu allocated over every node
+
+
+@dataclass(frozen=True)
+class Process:
+    ready_s: float
+    cpu_ready_s: float
+    rss_ready: int
+    hwm_ready: int
+    watched: dict[str, int]
+    pending: dict[str, int]  # reason → pods, at the first metrics
+    first_build_s: float
+    bodies: dict[str, int]  # encoding → bytes on the wire
+    listing: Listing
+    window: Window
+    after: After
+    expected_pods: int  # what the server holds once the churn stopped
+    allocated_first: int  # nvidia.com/gpu allocated at the first metrics
+    expected_allocated: int  # ... plus the GPUs the churn left bound
+    rss_end: int
+    hwm_end: int
+
+
+@dataclass(frozen=True)
+class Figures:
+    nodes: int
+    pods: int
+    gpu_pods: int
+    pending_gpu_pods: int
+    quotas: int
+    raw_json: int  # the pods' JSON as the test server serves it
+    built_s: float
+    loaded_s: float
+    page_s: float  # the test server's own time for one page of the pod list
+    empty_rss: int
+    direct: bool  # the pod list from the test server itself, not the front
+    interval_s: float
+    rate: float
+    load: Load
+    process: Process
+
+
+def value(text: str, series: str) -> float:
+    """The value of one series (`name` or `name{labels}` as the exporter writes it)."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise BenchError(f"{series} not found in the cluster view's /metrics")
+
+
+def allocated(text: str) -> int:
+    """Whole GPUs (`nvidia.com/gpu`) the view counts as allocated, summed over the nodes."""
+    return sum(
+        int(float(line.split()[-1]))
+        for line in text.splitlines()
+        if line.startswith("kube_gpu_node_allocated_devices{")
+        and 'resource="nvidia.com/gpu"' in line
+    )
+
+
+def pending_by_reason(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        match = _REASON.search(line) if line.startswith("kube_gpu_pending_pods{") else None
+        if match:
+            counts[match[1]] = counts.get(match[1], 0) + int(float(line.split()[-1]))
+    return counts
+
+
+def builds_under_churn(p: Process) -> list[float]:
+    """Each build's duration once (the gauge changes with every build), the first left out."""
+    seen, last = [], p.first_build_s
+    for sample in p.window.samples:
+        if sample.build_s != last:
+            seen.append(sample.build_s)
+            last = sample.build_s
+    return seen
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def _mib(value: float) -> str:
+    return f"{value / MIB:.1f} MiB"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def _start_rows(f: Figures) -> list[str]:
+    p, listing = f.process, f.process.listing
+    expected = {"nodes": f.nodes, "pods": f.pods, "resourcequotas": f.quotas}
+    complete = all(p.watched.get(k) == v for k, v in expected.items())
+    served = "the test API server" if f.direct else "`list_front.py`"
+    builds = builds_under_churn(p)
+    under = f"{_ms(statistics.fmean(builds))} / {_ms(max(builds))}" if builds else "none seen"
+    return [
+        f"| start → first complete metrics (`/readyz` 200) | {p.ready_s:.1f} s | |",
+        f"| … the pod list in it ({listing.pages} pages of 500 from {served}): first and last "
+        f"page asked at | +{listing.began_s:.1f} s, +{listing.began_s + listing.took_s:.1f} s | |",
+        f"| … the process's CPU by then | {p.cpu_ready_s:.1f} s | |",
+        "| the test API server's own time per page (three pages alone), × the pages | "
+        f"{_ms(f.page_s)}, ~{f.page_s * listing.pages:.0f} s | |",
+        f"| watched objects at the first metrics: nodes / pods / quotas | "
+        f"{p.watched['nodes']:,} / {p.watched['pods']:,} / {p.watched['resourcequotas']} | "
+        f"all ({f.nodes:,} / {f.pods:,} / {f.quotas}): {_verdict(complete)} |",
+        f"| first build of the view; per 1,000 pods | {_ms(p.first_build_s)}; "
+        f"{p.first_build_s * 1e6 / f.pods:.1f} ms | |",
+        f"| builds under churn ({len(builds)}): mean / max | {under} | |",
+    ]
+
+
+def _memory_rows(f: Figures) -> list[str]:
+    p = f.process
+    held = (p.rss_ready - f.empty_rss) / (p.watched["pods"] + p.watched["nodes"])
+    rss = [s.rss for s in p.window.samples] or [p.rss_end]
+    return [
+        f"| VmRSS at the first metrics (VmHWM so far) | {_mib(p.rss_ready)} "
+        f"({_mib(p.hwm_ready)}) | < 300 MiB: {_verdict(p.hwm_ready < RSS_TARGET)} |",
+        f"| VmRSS under churn, once a second: median / max | {_mib(statistics.median(rss))}"
+        f" / {_mib(max(rss))} | < 300 MiB: {_verdict(max(rss) < RSS_TARGET)} |",
+        f"| VmRSS at the end; VmHWM over the whole run | {_mib(p.rss_end)}; "
+        f"{_mib(p.hwm_end)} | < 300 MiB: {_verdict(p.hwm_end < RSS_TARGET)} |",
+        f"| the same process on an empty cluster, ready | {_mib(f.empty_rss)} | |",
+        f"| held per object (pods and nodes) above the empty one | {held:,.0f} bytes | |",
+        f"| VmRSS at the first metrics ÷ the pods' JSON | {p.rss_ready / f.raw_json:.2f} | |",
+    ]
+
+
+def _cpu_rows(w: Window) -> list[str]:
+    return [
+        f"| CPU under churn, a scrape a second ({w.quiet_s:.0f} s) | "
+        f"{w.quiet_cpu_per_s:.3f} s/s | |",
+        f"| CPU under churn and wrk | {w.wrk_cpu_per_s:.2f} s/s | |",
+    ]
+
+
+def _wrk_row(what: str, r: WrkResult, body: int) -> str:
+    errors = r.non_2xx + r.socket_errors
+    return (
+        f"| {what} | {r.p50_ms:.2f} ms | {r.p99_ms:.2f} ms | {r.requests_per_second:,.0f} | "
+        f"{body / 1024:.1f} KiB | {errors} | {_verdict(r.p99_ms < P99_TARGET_MS)} |"
+    )
+
+
+def _scrape_rows(f: Figures) -> list[str]:
+    w, bodies, load = f.process.window, f.process.bodies, f.load
+    scrapes = w.scraper
+    p99 = scrapes.percentile(0.99)
+    wrk = f"`wrk -t{load.threads} -c{load.connections} -d{load.seconds}s`"
+    total = sum(scrapes.statuses.values())
+    return [
+        "| client | p50 | p99 | req/s | body | errors | p99 < 10 ms |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        f"| one keep-alive connection, gzip, scrapes 50 ms apart ({total} scrapes, max "
+        f"{max(scrapes.latencies_ms, default=0):.0f} ms) | {scrapes.percentile(0.5):.2f} ms | "
+        f"{p99:.2f} ms | {total / w.scraper_s:.0f} | {bodies['gzip'] / 1024:.1f} KiB | "
+        f"{total - scrapes.statuses[200]} | {_verdict(p99 < P99_TARGET_MS)} |",
+        _wrk_row(f"{wrk}, plain", w.plain, bodies["plain"]),
+        _wrk_row(f"{wrk}, gzip", w.gzip, bodies["gzip"]),
+    ]
+
+
+def _churn_line(f: Figures) -> str:
+    p, c = f.process, f.process.window.churn
+    a = p.after
+    churned = sum(c.done.values())
+    consistent = a.pods == p.expected_pods and a.allocated == p.expected_allocated
+    return (
+        f"Churn: {churned:,} changes in {c.seconds:.0f} s ({churned / c.seconds:.1f}/s, asked "
+        f"{f.rate:g}/s): " + ", ".join(f"{name} {n}" for name, n in c.done.items()) + "; the "
+        f"furthest a change started behind schedule {_ms(c.late_max_s)}, the slowest change at "
+        f"the test server {_ms(c.put_max_s)}. The first view built wholly after it "
+        f"({a.seconds:.1f} s later) held {a.pods:,} pods and {a.allocated:,} allocated "
+        f"`nvidia.com/gpu`; the server held {p.expected_pods:,} pods, and the GPUs were "
+        f"{p.allocated_first:,} at the first metrics + {p.expected_allocated - p.allocated_first}"
+        f" the churn left bound: {'no watch event lost' if consistent else '**events lost**'}."
+    )
+
+
+def _pending_line(f: Figures) -> str:
+    p = f.process
+    wanted = {DESIGNED[name]: round(count * f.pods / 50_000) for name, count, _, _ in PENDING}
+    built = [f"{reason} {p.pending.get(reason, 0)} (built for {n})" for reason, n in wanted.items()]
+    others = [f"{r} {n} (not built for)" for r, n in sorted(p.pending.items()) if r not in wanted]
+    return f"Pending GPU pods at the first metrics, by reason: {', '.join(built + others)}."
+
+
+def render(f: Figures, machine: str) -> str:
+    return "\n".join(
+        [
+            f"Run: {machine}",
+            "",
+            f"Cluster: {f.nodes:,} nodes, {f.pods:,} pods ({f.gpu_pods:,} request GPUs, "
+            f"{f.pending_gpu_pods} of them pending), {f.quotas} GPU ResourceQuotas. The pods' "
+            f"JSON: {_mib(f.raw_json)}, {f.raw_json / f.pods / 1024:.1f} KiB a pod. Built in "
+            f"{f.built_s:.0f} s and loaded into the test API server in {f.loaded_s:.0f} s before "
+            f"the process starts. `--cluster.interval={f.interval_s:g}s`, churn at "
+            f"{f.rate:g} changes a second.",
+            "",
+            "| figure | value | target |",
+            "|---|---:|---|",
+            *_start_rows(f),
+            *_memory_rows(f),
+            *_cpu_rows(f.process.window),
+            "",
+            "`/metrics` under churn (this machine's cores shared with the test API server, the "
+            "churn and wrk):",
+            "",
+            *_scrape_rows(f),
+            "",
+            _churn_line(f),
+            "",
+            _pending_line(f),
+        ]
+    )
