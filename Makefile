@@ -4,6 +4,8 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 APT_PKGS := prometheus prometheus-alertmanager chromium
+APT_CMDS := prometheus promtool prometheus-alertmanager chromium
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: all venv system-deps demo test test-gpu lint bench image-footprint generate proto clean
 
@@ -17,11 +19,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# `make demo`'s install: the runtime and the demo extra, with pip's progress shown. A venv
+# `make test` made has it all already (the test extra needs no more than the demo's).
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	python3 -m venv $(VENV) && $(PY) -m pip install --upgrade pip \
+	  && $(PY) -m pip install -e '.[demo]' && touch $@
+
 # Debian's prometheus (with promtool), alertmanager and chromium (the report's rendering
 # test), installed when missing.
 system-deps:
-	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null \
-	    || ! command -v prometheus-alertmanager >/dev/null || ! command -v chromium >/dev/null; then \
+	@missing=; for cmd in $(APT_CMDS); do command -v $$cmd >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $(APT_PKGS)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq --no-install-recommends $(APT_PKGS) >/dev/null; \
@@ -30,7 +39,9 @@ system-deps:
 # The story node, its kubelet, Prometheus and Alertmanager with the generated rules; Ctrl-C
 # stops them all. HOST=0.0.0.0 to reach it from another machine.
 HOST ?= 127.0.0.1
-demo: $(STAMP) system-deps
+demo: APT_PKGS := prometheus prometheus-alertmanager
+demo: APT_CMDS := prometheus prometheus-alertmanager
+demo: $(DEMO_STAMP) system-deps
 	$(VENV)/bin/kube-gpu-exporter demo --host=$(HOST)
 
 # mypy checks the installed names: it cannot follow setuptools' package-dir mapping, so the
