@@ -142,8 +142,10 @@ def bursts(size: float, first: int, every: int, n: int) -> str:
     """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after,
     for n + 1 samples: `increase()` over a window of `every` minutes is exactly `size` from
     `first` on (Prometheus 2's range holds a sample at both ends, so nothing is
-    extrapolated): a case can put a counter's rise exactly on a threshold."""
-    return " ".join(str(size * max(0, (m - first) // every + 1)) for m in range(n + 1))
+    extrapolated): a case can put a counter's rise exactly on a threshold. A whole number is
+    written as one (`3`, not `3.0`), whether the threshold came as an int or a float."""
+    values = (size * max(0, (m - first) // every + 1) for m in range(n + 1))
+    return " ".join(f"{v:.0f}" if float(v).is_integer() else repr(float(v)) for v in values)
 
 
 def edges(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check, ...]:
