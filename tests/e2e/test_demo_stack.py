@@ -46,7 +46,9 @@ class Demo:
 
     @property
     def workdir(self) -> Path:
-        return Path(re.search(r"work folder\s+(\S+)", self.banner)[1])  # type: ignore[index]
+        match = re.search(r"work folder\s+(\S+)", self.banner)
+        assert match is not None, self.banner
+        return Path(match[1])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -151,16 +153,16 @@ def test_a_second_demo_names_the_port_in_use_and_starts_nothing(demo: Demo) -> N
     assert second.stdout == "" and len(second.stderr.strip().splitlines()) == 1
     port = demo.ports["exporter"]  # the first port checked; the first demo's exporter has it
     assert f"port {port} is in use by python" in second.stderr
-    assert re.search(r"\(pid (\d+)\)", second.stderr)[1] in map(str, demo.children)  # type: ignore[index]
+    holder = re.search(r"\(pid (\d+)\)", second.stderr)
+    assert holder is not None and int(holder[1]) in demo.children
     assert "--port.exporter=PORT" in second.stderr
     assert demo.proc.poll() is None  # the first runs on
 
 
 def test_closing_the_terminal_stops_every_part_and_frees_every_port(demo: Demo) -> None:
-    workdir = Path(re.search(r"work folder\s+(\S+)", demo.banner)[1])  # type: ignore[index]
-    assert (
-        workdir.is_dir() and len(demo.children) == 4
-    )  # Alertmanager, cluster, exporter, Prometheus
+    workdir = demo.workdir
+    assert workdir.is_dir()
+    assert len(demo.children) == 4  # Alertmanager, the cluster view, the exporter, Prometheus
     demo.proc.send_signal(signal.SIGHUP)
     output, _ = demo.proc.communicate(timeout=60)
     assert demo.proc.returncode == 0, output
