@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import math
 import shutil
 import signal
 import subprocess
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -33,6 +36,9 @@ POLL_SECONDS = 5.0
 STORY_END_SECONDS = 270.0  # the memory alert has resolved: the story has been told
 REFUSAL_SECONDS = 30.0  # how often the quota refuses the Job's pod again
 EXPLAIN_SECONDS = 30.0
+REPORT = "gpu-report.html"
+REPORT_MIN_MINUTES = 2
+REPORT_SECONDS = 120.0  # the report's queries over a few minutes of data take seconds
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, terminal closed
 PORTS = {
     "exporter": 19400,
@@ -59,6 +65,7 @@ The story (the node is simulated; alerts use the generated rules with shorter du
 Around the node, the cluster view shows GPU pods that wait: ml/llm-sft-0 (2 GPUs, one free
 on each of four nodes: fragmented), ml/pretrain-70b-0 (8 GPUs: the only empty node is
 tainted), and the research namespace's Job whose GPU quota is used up.
+At 4:30 the demo writes the weekly report (kube-gpu-exporter report) of the story so far.
 Expect the first alerts within about 75 seconds. Ctrl-C stops everything."""
 
 
@@ -87,10 +94,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"{part} port (default {port})",
         )
     parser.add_argument(
+        "--report",
+        default=REPORT,
+        metavar="FILE",
+        help=f"where the weekly report of the story goes once it has been told (default "
+        f"{REPORT} in the current folder; '' for none)",
+    )
+    parser.add_argument(
+        "--report-at",
+        type=_seconds,
+        default=STORY_END_SECONDS,
+        metavar="SECONDS",
+        help=f"when, into the story, to write the report (default {STORY_END_SECONDS:g}: "
+        "once the memory alert has resolved)",
+    )
+    parser.add_argument(
         "--workdir",
         help="where configs, data and logs go, kept after the demo (default: a temporary "
         "folder, removed at exit unless a part failed)",
     )
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{value}: out of range 0–86400 seconds")
+    return seconds
 
 
 def _port(value: str) -> int:
@@ -103,15 +135,17 @@ def _port(value: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from kube_gpu_exporter.demo.stack import Ports, Stack, StackSpec
     from kube_gpu_exporter.exporter.input_errors import InputError
-    from kube_gpu_exporter.exporter.output_paths import check_output_dir
+    from kube_gpu_exporter.exporter.output_paths import check_output_dir, check_output_file
     from kube_gpu_exporter.rules.config import load_config
 
-    if args.workdir:  # checked before anything starts; a temporary folder is always writable
-        try:
+    try:  # checked before anything starts; a temporary folder is always writable
+        if args.workdir:
             check_output_dir(args.workdir, "--workdir")
-        except InputError as exc:
-            print(f"kube-gpu-exporter demo: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        if args.report:
+            check_output_file(args.report, "--report")
+    except InputError as exc:
+        print(f"kube-gpu-exporter demo: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kgx-demo-"))
     stop = threading.Event()
     for sig in STOP_SIGNALS:
@@ -128,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         )
         with Stack(spec) as stack:
             _say(_banner(stack, keep=bool(args.workdir)))
-            failed = _watch(stack, stop)
+            report = functools.partial(weekly_report, stack, args.report, args.thresholds)
+            failed = _watch(stack, stop, report if args.report else None, args.report_at)
         _say("\nstopped the exporter, the cluster view, the kubelet, Prometheus and Alertmanager")
         return EXIT_FAILED if failed else 0
     except InputError as exc:  # the thresholds (ConfigError), the scenario, a port taken
@@ -186,14 +221,40 @@ def _explain(stack: Stack) -> str:
     return "".join(f"  {line}\n" for line in text.strip().splitlines())
 
 
-def weekly_report(stack: Stack) -> Path | None:
-    """The week's HTML report from the demo's Prometheus, written when the story has been
-    told; `kube-gpu-exporter report` will write it. None until that command exists."""
-    return None
+def weekly_report(stack: Stack, out: str, thresholds: str) -> None:
+    """`kube-gpu-exporter report` over the story so far, from the demo's Prometheus, as a
+    platform lead would run it each week (`--since 7d`); says where it went, or why not."""
+    # The story so far, and at least the shortest period a report takes.
+    minutes = max(REPORT_MIN_MINUTES, math.ceil((time.monotonic() - stack.story_started) / 60))
+    command = [
+        sys.executable,
+        "-m",
+        "kube_gpu_exporter.exporter",
+        "report",
+        f"--prometheus={stack.url('prometheus')}",
+        f"--since={minutes}m",
+        f"--thresholds={thresholds}",
+        f"--out={out}",
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=REPORT_SECONDS)
+    except subprocess.TimeoutExpired:
+        _say("the weekly report did not finish in time")
+        return
+    if done.returncode == 0:
+        _say(f"the weekly report, of the story's last {minutes} minutes: {Path(out).resolve()}")
+    else:
+        _say(
+            f"no report: {done.stderr.strip().splitlines()[-1] if done.stderr else done.returncode}"
+        )
 
 
-def _watch(stack: Stack, stop: threading.Event) -> bool:
-    """Print alerts as Alertmanager gets and resolves them; True if a part died."""
+def _watch(
+    stack: Stack, stop: threading.Event, report: Callable[[], None] | None, report_at: float
+) -> bool:
+    """Print alerts as Alertmanager gets and resolves them, and once the story has been told
+    write the `report` (in its own thread: alerts keep coming meanwhile); True if a part
+    died."""
     active: dict[tuple[str, ...], str] = {}
     told = False
     refused_at = 0.0
@@ -205,11 +266,10 @@ def _watch(stack: Stack, stop: threading.Event) -> bool:
         elapsed = time.monotonic() - stack.story_started
         if elapsed - refused_at >= REFUSAL_SECONDS and stack.record_refusal():
             refused_at = elapsed
-        if elapsed >= STORY_END_SECONDS and not told:
+        if elapsed >= report_at and not told:
             told = True
-            report = weekly_report(stack)
             if report is not None:
-                _say(f"the week's report: {report}")
+                threading.Thread(target=report, name="report", daemon=True).start()
         try:
             alerts = stack.alerts()
         except OSError:

@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter, ValidationError
 
 from kube_gpu_exporter.exporter.input_errors import InputError, quoted
-from kube_gpu_exporter.rules.settings.values import PositiveDuration, duration_seconds
+from kube_gpu_exporter.rules.settings.values import Duration, duration_seconds
 
 POINTS = 300  # about this many points per chart line
 # Chart steps people read: a step is the first of these at least period / POINTS long.
 NICE_STEPS = (15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MIN_RESOLUTION, MAX_RESOLUTION = 60, 300  # GPU-hours grid: within the 5m lookback
+MIN_PERIOD = 120  # two GPU-hours grid points at the finest resolution
 MAX_PERIOD = 400 * 86400  # longer than Prometheus keeps data almost anywhere
 RATE_INTERVAL = "$__rate_interval"  # Grafana's variable in the dashboards' rate queries
 
-_DURATION = TypeAdapter(PositiveDuration)
+_DURATION = TypeAdapter(Duration)
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,8 @@ def parse_since(value: str, now: float | None = None) -> Period:
             "7d, 24h or 1w"
         ) from None
     seconds = math.ceil(duration_seconds(value))
-    if seconds < 600:
-        raise InputError(f"--since {value}: shorter than 10m; a report needs a longer period")
+    if seconds < MIN_PERIOD:
+        raise InputError(f"--since {value}: shorter than 2m; a report needs a longer period")
     if seconds > MAX_PERIOD:
         raise InputError(f"--since {value}: longer than 400d")
     return Period(value, seconds, time.time() if now is None else now)

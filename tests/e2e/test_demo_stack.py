@@ -32,6 +32,7 @@ alerts:
   GPUTemperatureHigh: {threshold: 70, for: 0s}
 """
 WAIT = 60.0  # a scrape, a rule evaluation and a notification round on a loaded CI machine
+REPORT_AT = 60  # seconds into the story: the report's shortest period (2m) holds data by then
 
 
 @dataclass
@@ -80,9 +81,13 @@ def start_demo(*args: str) -> Demo:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    thresholds = tmp_path_factory.mktemp("demo") / "thresholds.yaml"
+    folder = tmp_path_factory.mktemp("demo")
+    thresholds = folder / "thresholds.yaml"
     thresholds.write_text(THRESHOLDS)
-    running = start_demo(f"--thresholds={thresholds}")
+    report = folder / "weekly.html"
+    running = start_demo(
+        f"--thresholds={thresholds}", f"--report={report}", f"--report-at={REPORT_AT}"
+    )
     yield running
     running.stop()
 
@@ -142,6 +147,22 @@ def test_the_cluster_view_says_why_gpu_pods_wait(demo: Demo) -> None:
     wait_until(lambda: len(query(pending)) == 2, WAIT, "the cluster view in Prometheus")
     assert query(pending) == {"fragmented": 1.0, "taint_not_tolerated": 1.0}
     assert query("kube_gpu_quota_used == kube_gpu_quota_hard") == {"": 4.0}
+
+
+def test_the_story_ends_with_the_weekly_report(demo: Demo) -> None:
+    """The demo runs `kube-gpu-exporter report` against its Prometheus once the story has been
+    told (here after REPORT_AT seconds) and says where the page went."""
+    report = Path(re.sub(r".*--report=(\S+).*", r"\1", " ".join(demo.proc.args)))
+    assert demo.proc.stdout is not None
+    said = ""
+    while "the weekly report" not in said and "no report" not in said:
+        said = demo.proc.stdout.readline()
+        assert said, "the demo ended before writing its report"
+    assert f"the weekly report, of the story's last 2 minutes: {report}" in said, said
+    page = report.read_text()
+    assert "GPU efficiency report" in page
+    assert page.count("<svg") >= 3  # utilization, allocated and idle, pending pods
+    assert "notebook-alice" in page  # the idle notebook among the worst idle workloads
 
 
 def test_a_second_demo_names_the_port_in_use_and_starts_nothing(demo: Demo) -> None:
