@@ -10,7 +10,9 @@ a user runs it, with a kubeconfig for that server, and lists everything in pages
 2. VmRSS then, and under churn (bench/cluster_churn.py: 50 changes a second), with VmHWM;
    beside the raw JSON of the pods and an empty cluster's process;
 3. its CPU seconds per second under churn, scraped once a second as Prometheus would;
-4. /metrics latency under churn, `wrk -t2 -c16`, plain and gzip;
+4. /metrics latency as Prometheus sees it (bench/scrape_client.py, a process of its own), the
+   cluster idle and under churn, scrapes overlapping a view cycle told apart; and under
+   churn `wrk -t2 -c16`, plain and gzip;
 5. the view's build duration (`kube_gpu_cluster_build_duration_seconds`), per 1,000 pods.
 
 Figures are reported beside their targets, never asserted: the exit status is non-zero only
@@ -33,11 +35,9 @@ from pathlib import Path
 
 import procs
 import wrk
-from abuse import for_seconds, scrape_while
 from cluster_churn import Churn
 from cluster_fleet import Fleet, build
 from cluster_report import (
-    BUILD,
     WATCHED,
     After,
     Figures,
@@ -53,6 +53,7 @@ from cluster_report import (
 from errors import BenchError
 from list_front import ListFront
 from report import load_average, machine, update_readme
+from scrape_client import BUILD, scrape_apart
 
 from kube_gpu_exporter.demo.kube_api import PODS_PATH, KubeApiServer, write_kubeconfig
 from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
@@ -205,7 +206,10 @@ def measure(
         enc: wrk.body_size(server.metrics_url, headers)
         for enc, headers in (("plain", {}), ("gzip", wrk.GZIP_HEADERS))
     }
-    say(f"ready after {ready_s:.1f} s")
+    say(f"ready after {ready_s:.1f} s; a scrape every 50 ms, gzip, idle, for {interval_s:g} s")
+    cpu_idle, began = procs.cpu_seconds(pid), time.monotonic()
+    idle = scrape_apart(server.port, interval_s)
+    idle_cpu_per_s = (procs.cpu_seconds(pid) - cpu_idle) / (time.monotonic() - began)
     window = under_churn(server, churn, interval_s)
     after = after_churn(server)
     rss_end, hwm_end = memory(pid)
@@ -219,6 +223,8 @@ def measure(
         first_build_s=value(text, BUILD),
         bodies=bodies,
         listing=listing,
+        idle=idle,
+        idle_cpu_per_s=idle_cpu_per_s,
         window=window,
         after=after,
         expected_pods=churn.expected_pods,
@@ -242,7 +248,7 @@ def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
     cpu_quiet = procs.cpu_seconds(pid) - cpu_start
     quiet_s = time.monotonic() - began
     say(f"a scrape every 50 ms, gzip, for {interval:g} s")
-    scraper = scrape_while(server.port, for_seconds(interval))
+    scraper = scrape_apart(server.port, interval)
     say("wrk -t2 -c16, plain then gzip")
     cpu_start, began = procs.cpu_seconds(pid), time.monotonic()
     plain = wrk.run(server.metrics_url, scrape_load(interval))
@@ -255,7 +261,6 @@ def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
         quiet_cpu_per_s=cpu_quiet / quiet_s,
         quiet_s=quiet_s,
         scraper=scraper,
-        scraper_s=interval,
         plain=plain,
         gzip=gzip,
         wrk_cpu_per_s=cpu_wrk / wrk_s,

@@ -14,12 +14,15 @@ from abuse import Scrapes
 from cluster_churn import ChurnResult
 from cluster_fleet import PENDING
 from errors import BenchError
+from scrape_client import ScrapeLog
 from wrk import Load, WrkResult
 
 MIB = 1 << 20
 RSS_TARGET = 300 * MIB
 P99_TARGET_MS = 10.0
-BUILD = "kube_gpu_cluster_build_duration_seconds"
+# A view cycle's span: its build (the gauge) and the render of its bodies after it, allowed
+# this long; a scrape within a span overlapped the cycle, the others were clear of them all.
+RENDER_S = 0.5
 WATCHED = 'kube_gpu_cluster_watched_objects{{resource="{resource}"}}'
 _REASON = re.compile(r'reason="([^"]*)"')
 # What each pending group of cluster_fleet.PENDING is designed to be classified as.
@@ -56,8 +59,7 @@ class Window:
     samples: list[Sample]  # once a second over the whole window
     quiet_cpu_per_s: float  # churn and a scrape a second
     quiet_s: float
-    scraper: Scrapes  # a Prometheus-like scraper, churn going on
-    scraper_s: float
+    scraper: ScrapeLog  # a Prometheus-like scraper in its own process, churn going on
     plain: WrkResult
     gzip: WrkResult
     wrk_cpu_per_s: float  # churn and wrk
@@ -83,6 +85,8 @@ class Process:
     first_build_s: float
     bodies: dict[str, int]  # encoding → bytes on the wire
     listing: Listing
+    idle: ScrapeLog  # the same scraper, the cluster idle, right after the first metrics
+    idle_cpu_per_s: float  # the process's, meanwhile
     window: Window
     after: After
     expected_pods: int  # what the server holds once the churn stopped
@@ -200,8 +204,11 @@ def _memory_rows(f: Figures) -> list[str]:
     ]
 
 
-def _cpu_rows(w: Window) -> list[str]:
+def _cpu_rows(p: Process) -> list[str]:
+    w = p.window
     return [
+        f"| CPU idle, the scraper's 50 ms scrapes ({p.idle.seconds:g} s and its tail) | "
+        f"{p.idle_cpu_per_s:.3f} s/s | |",
         f"| CPU under churn, a scrape a second ({w.quiet_s:.0f} s) | "
         f"{w.quiet_cpu_per_s:.3f} s/s | |",
         f"| CPU under churn and wrk | {w.wrk_cpu_per_s:.2f} s/s | |",
@@ -216,19 +223,51 @@ def _wrk_row(what: str, r: WrkResult, body: int) -> str:
     )
 
 
-def _scrape_rows(f: Figures) -> list[str]:
-    w, bodies, load = f.process.window, f.process.bodies, f.load
-    scrapes = w.scraper
-    p99 = scrapes.percentile(0.99)
-    wrk = f"`wrk -t{load.threads} -c{load.connections} -d{load.seconds}s`"
+def _scraper_row(what: str, scrapes: Scrapes) -> str:
     total = sum(scrapes.statuses.values())
+    if not total:
+        return f"| {what} | 0 | | | | | |"
+    p99 = scrapes.percentile(0.99)
+    return (
+        f"| {what} | {total} | {scrapes.percentile(0.5):.2f} ms | {p99:.2f} ms | "
+        f"{max(scrapes.latencies_ms):.0f} ms | {total - scrapes.statuses[200]} | "
+        f"{_verdict(p99 < P99_TARGET_MS)} |"
+    )
+
+
+def _scraper_rows(when: str, log: ScrapeLog) -> list[str]:
+    during, clear = log.split(RENDER_S)
+    builds = ", ".join(_ms(cycle.build_s) for cycle in log.cycles)
+    return [
+        _scraper_row(f"{when}, {log.seconds:g} s: every scrape", log.all()),
+        _scraper_row("… clear of the view's cycles", clear),
+        _scraper_row(f"… overlapping a cycle (builds seen: {builds or 'none'})", during),
+    ]
+
+
+def _ratio_row(what: str, churn: Scrapes, idle: Scrapes) -> str:
+    p50, p99 = (churn.percentile(p) / idle.percentile(p) for p in (0.5, 0.99))
+    return f"| under churn ÷ idle, {what} | | {p50:.1f}× | {p99:.1f}× | | | |"
+
+
+def _scraper_table(p: Process) -> list[str]:
+    idle, churn = p.idle, p.window.scraper
+    return [
+        "| the cluster | scrapes | p50 | p99 | max | errors | p99 < 10 ms |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        *_scraper_rows("idle", idle),
+        *_scraper_rows("under churn", churn),
+        _ratio_row("every scrape", churn.all(), idle.all()),
+        _ratio_row("clear of cycles", churn.split(RENDER_S)[1], idle.split(RENDER_S)[1]),
+    ]
+
+
+def _wrk_table(f: Figures) -> list[str]:
+    w, bodies, load = f.process.window, f.process.bodies, f.load
+    wrk = f"`wrk -t{load.threads} -c{load.connections} -d{load.seconds}s`"
     return [
         "| client | p50 | p99 | req/s | body | errors | p99 < 10 ms |",
         "|---|---:|---:|---:|---:|---:|---|",
-        f"| one keep-alive connection, gzip, scrapes 50 ms apart ({total} scrapes, max "
-        f"{max(scrapes.latencies_ms, default=0):.0f} ms) | {scrapes.percentile(0.5):.2f} ms | "
-        f"{p99:.2f} ms | {total / w.scraper_s:.0f} | {bodies['gzip'] / 1024:.1f} KiB | "
-        f"{total - scrapes.statuses[200]} | {_verdict(p99 < P99_TARGET_MS)} |",
         _wrk_row(f"{wrk}, plain", w.plain, bodies["plain"]),
         _wrk_row(f"{wrk}, gzip", w.gzip, bodies["gzip"]),
     ]
@@ -260,6 +299,7 @@ def _pending_line(f: Figures) -> str:
 
 
 def render(f: Figures, machine: str) -> str:
+    gzip_kib = f"{f.process.bodies['gzip'] / 1024:.1f}"
     return "\n".join(
         [
             f"Run: {machine}",
@@ -275,12 +315,20 @@ def render(f: Figures, machine: str) -> str:
             "|---|---:|---|",
             *_start_rows(f),
             *_memory_rows(f),
-            *_cpu_rows(f.process.window),
+            *_cpu_rows(f.process),
             "",
-            "`/metrics` under churn (this machine's cores shared with the test API server, the "
+            "`/metrics` as Prometheus scrapes it (bench/scrape_client.py in a process of its "
+            f"own: one keep-alive connection, gzip, OpenMetrics, 50 ms apart; {gzip_kib} KiB "
+            "a body). A cycle's span: from its build's start to its publication (the build "
+            f"gauge, and {_ms(RENDER_S)} allowed for rendering); idle is right after the first "
+            "metrics:",
+            "",
+            *_scraper_table(f.process),
+            "",
+            "Under churn, `wrk` (this machine's cores shared with the test API server, the "
             "churn and wrk):",
             "",
-            *_scrape_rows(f),
+            *_wrk_table(f),
             "",
             _churn_line(f),
             "",
