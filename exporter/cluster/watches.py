@@ -48,10 +48,12 @@ class _Held(Generic[T]):
     def __init__(self) -> None:
         self.items: Mapping[str, T] = {}
         self.listed = False
+        self.lists = 0  # how many times it was (re)listed: each time all its objects are new
 
     def publish(self, items: Mapping[str, T]) -> None:
         self.items = items  # the watch's own dict: read with `values()` below
         self.listed = True
+        self.lists += 1
 
     def values(self) -> tuple[T, ...]:
         return tuple(self.items.values())  # one C call: atomic under the GIL
@@ -143,6 +145,12 @@ class ClusterWatches:
         """Nodes, pods and quotas have been listed once: the view is complete from here on
         (the events only add a counter, which a failing events watch must not hold back)."""
         return self._nodes.listed and self._pods.listed and self._quotas.listed
+
+    @property
+    def lists(self) -> int:
+        """(Re)lists of nodes, pods and quotas so far: the cluster loop freezes the objects
+        a list made out of the garbage collector's way (cluster_loop.py)."""
+        return self._nodes.lists + self._pods.lists + self._quotas.lists
 
     def objects(self) -> Objects:
         return Objects(self._nodes.values(), self._pods.values(), self._quotas.values())
