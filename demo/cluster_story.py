@@ -16,20 +16,24 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kube_gpu_exporter.demo.kube_api import KubeApiServer, make_pod
+from kube_gpu_exporter.demo.kube_api import KubeApiServer, make_event, make_pod
+from kube_gpu_exporter.demo.kube_api.cluster_objects import (
+    GPU_TAINT,
+    make_gpu_pod,
+    make_node,
+    make_quota,
+    quota_refusal,
+)
 from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 
 STORY_NODE = "gpu-node-0"
-H100 = "NVIDIA-H100-80GB-HBM3"
 GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 RESEARCH_TAINT = {"key": "dedicated", "value": "research", "effect": "NoSchedule"}
 FRAGMENTED_POD = ("ml", "llm-sft-0")  # the pod the banner explains
 # The story's workloads, where the pod is one of a controller's.
@@ -66,26 +70,36 @@ def populate(api: KubeApiServer, scenario: Scenario, now: datetime | None = None
     """Put the nodes, the story node's pods, the other nodes' and the pending pods, and the
     used-up quota into `api`."""
     now = now or datetime.now(UTC)
-    api.put_node(_node(STORY_NODE, _story_allocatable(scenario), ()))
+    story = {name: str(n) for name, n in _story_allocatable(scenario).items()}
+    api.put_node(make_node(STORY_NODE, None, allocatable=story))
     for pod in _story_pods(scenario):
         api.put(pod)
     for node, taints, holders in NODES:
-        api.put_node(_node(node, {GPU: 8}, taints))
+        api.put_node(make_node(node, 8, taints=(GPU_TAINT, *taints)))
         for namespace, name, gpus in holders:
             api.put(_gpu_pod(namespace, name, gpus, now - timedelta(hours=3), node))
     for minutes, (namespace, name, gpus) in zip((12, 40), PENDING, strict=True):
         api.put(_gpu_pod(namespace, name, gpus, now - timedelta(minutes=minutes)))
-    api.put_quota(_quota(QUOTA_NAMESPACE, "gpu-quota", QUOTA_GPUS))
+    quota = make_quota("gpu-quota", QUOTA_NAMESPACE, hard=QUOTA_GPUS, used=QUOTA_GPUS)
+    api.put_quota(quota)
 
 
-def record_refusal(api: KubeApiServer, count: int) -> bool:
+def record_refusal(api: KubeApiServer, count: int) -> None:
     """The Job controller's FailedCreate event for the sweep pod the quota refuses, with the
-    `count` its retries have reached; False when the server keeps no events."""
-    put_event: Callable[[dict[str, Any]], object] | None = getattr(api, "put_event", None)
-    if put_event is None:
-        return False
-    put_event(_refused_by_quota(datetime.now(UTC), count))
-    return True
+    `count` its retries have reached."""
+    refusal = quota_refusal(
+        "gpu-quota", {f"requests.{GPU}": "1"}, used=str(QUOTA_GPUS), pod="sweep-3-x7k2p"
+    )
+    name = "sweep.17f3a2b4c5d6e7f8"
+    event = make_event(
+        name,
+        QUOTA_NAMESPACE,
+        message=refusal,
+        count=count,
+        uid=_uid(QUOTA_NAMESPACE, name),
+        involved=("Job", "sweep"),
+    )
+    api.put_event(event)
 
 
 def write_procfs(root: Path, scenario: Scenario) -> Path:
@@ -133,102 +147,16 @@ def _story_allocatable(scenario: Scenario) -> dict[str, int]:
     return {d.resource_name: len(d.device_ids) for d in allocatable(scenario)}
 
 
-def _node(
-    name: str, gpus: Mapping[str, int], taints: tuple[Mapping[str, str], ...]
-) -> dict[str, Any]:
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    resources |= {k: str(v) for k, v in gpus.items()}
-    labels = {
-        "kubernetes.io/hostname": name,
-        "nvidia.com/gpu.product": H100,
-        "nvidia.com/gpu.present": "true",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": labels},
-        "spec": {"taints": [GPU_TAINT, *taints]},
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
 def _gpu_pod(
     namespace: str, name: str, gpus: int, created: datetime, node: str = ""
 ) -> dict[str, Any]:
-    """A pod asking for `gpus` whole GPUs, tolerating the GPU taint only: bound to `node`
-    (Running) or, without one, Pending and unschedulable since `created`."""
+    """A pod of `gpus` whole GPUs with the demo's stable uid: bound to `node`, or Pending and
+    unschedulable since `created`."""
     at = created.strftime("%Y-%m-%dT%H:%M:%SZ")
-    requests = {"cpu": "8", "memory": "64Gi", GPU: str(gpus)}
-    condition = {
-        "type": "PodScheduled",
-        "status": "True" if node else "False",
-        "lastTransitionTime": at,
-    } | ({} if node else {"reason": "Unschedulable"})
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "resources": {"requests": requests, "limits": {GPU: str(gpus)}}}
-        ],
-        "tolerations": [GPU_TOLERATION],
-    }
-    if node:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": _uid(namespace, name),
-            "creationTimestamp": at,
-        },
-        "spec": spec,
-        "status": {"phase": "Running" if node else "Pending", "conditions": [condition]},
-    }
-
-
-def _quota(namespace: str, name: str, gpus: int) -> dict[str, Any]:
-    hard = {f"requests.{GPU}": str(gpus)}
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
-        "spec": {"hard": hard},
-        "status": {"hard": hard, "used": dict(hard)},
-    }
-
-
-def _refused_by_quota(now: datetime, count: int) -> dict[str, Any]:
-    at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    key = f"requests.{GPU}"
-    message = (
-        f'Error creating: pods "sweep-3-x7k2p" is forbidden: exceeded quota: gpu-quota, '
-        f"requested: {key}=1, used: {key}={QUOTA_GPUS}, limited: {key}={QUOTA_GPUS}"
+    uid = _uid(namespace, name)
+    return make_gpu_pod(
+        name, gpus, namespace, node=node, uid=uid, created=at, cpu="8", memory="64Gi"
     )
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": "sweep.17f3a2b4c5d6e7f8",
-            "namespace": QUOTA_NAMESPACE,
-            "uid": _uid(QUOTA_NAMESPACE, "sweep.17f3a2b4c5d6e7f8"),
-        },
-        "involvedObject": {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": "sweep",
-            "namespace": QUOTA_NAMESPACE,
-        },
-        "reason": "FailedCreate",
-        "type": "Warning",
-        "message": message,
-        "count": count,
-        "firstTimestamp": at,
-        "lastTimestamp": at,
-    }
 
 
 def _uid(namespace: str, name: str) -> str:

@@ -182,7 +182,6 @@ def _banner(stack: Stack, keep: bool) -> str:
 
     kept = "kept" if keep else "removed at exit; --workdir DIR keeps them"
     alertmanager = stack.url("alertmanager")
-    events = "" if stack.refusals else " (this API server keeps no events yet)"
     return (
         "kube-gpu-exporter demo is up:\n"
         f"  exporter      {stack.url('exporter')}/metrics\n"
@@ -191,7 +190,7 @@ def _banner(stack: Stack, keep: bool) -> str:
         f"  alerts        {stack.url('alerts')}/  (what Alertmanager holds; or: amtool "
         f"--alertmanager.url={alertmanager} alert query)\n"
         f"  work folder   {stack.spec.workdir}  (configs, data, logs; {kept})\n"
-        f"  kubeconfig    {stack.kubeconfig}  (the demo's API server{events})\n\n"
+        f"  kubeconfig    {stack.kubeconfig}  (the demo's API server)\n\n"
         f"Why a GPU pod waits (kube-gpu-exporter explain --kubeconfig={stack.kubeconfig} "
         f"-n {FRAGMENTED_POD[0]} {FRAGMENTED_POD[1]}):\n{_explain(stack)}\n{STORY}\n"
     )
