@@ -21,6 +21,7 @@ from typing import TypeVar
 from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]  # (name, labels) → value
 
 
 def free_port() -> int:
@@ -87,6 +88,20 @@ class Exporter:
         status, _, body = self.get()
         assert status == 200, f"/metrics answered {status}: {body[:200]!r}"
         return samples(body)
+
+    def metrics_when(
+        self,
+        check: Callable[[dict[tuple[str, frozenset[tuple[str, str]]], float]], bool],
+        what: str,
+    ) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        """The first /metrics for which `check` holds (a view or snapshot is republished on
+        its interval)."""
+
+        def attempt() -> Samples | None:
+            parsed = self.metrics()
+            return parsed if check(parsed) else None
+
+        return wait_until(attempt, what=what)
 
     def log(self) -> str:
         return self.log_path.read_text()

@@ -68,8 +68,6 @@ def run_prometheus(
     `lookback_delta` shortens how long a series without new samples still counts (5m). A
     federated series carries its source's timestamps, so Prometheus writes no staleness marker
     when it vanishes and only the lookback ends it: a test of a global Prometheus shortens it."""
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus is not installed (make test installs it)"
     port = free_port()
     static = {job: targets, **(extra_jobs or {})}
     config: dict[str, Any] = {
@@ -91,13 +89,31 @@ def run_prometheus(
     workdir = tmp_path / f"prometheus-{port}"
     workdir.mkdir()
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log_path = workdir / "prometheus.log"
+    server = start_prometheus(
+        workdir / "prometheus.yml",
+        workdir / "data",
+        port,
+        workdir / "prometheus.log",
+        lookback_delta,
+    )
+    try:
+        yield server
+    finally:
+        stop_prometheus(server)
+
+
+def start_prometheus(
+    config: Path, data: Path, port: int, log_path: Path, lookback_delta: str | None = None
+) -> Prometheus:
+    """Debian's Prometheus on `config` and the TSDB in `data`, once it answers."""
+    binary = shutil.which("prometheus")
+    assert binary, "Debian's prometheus is not installed (make test installs it)"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [
                 binary,
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 *([f"--query.lookback-delta={lookback_delta}"] if lookback_delta else []),
             ],
@@ -105,17 +121,18 @@ def run_prometheus(
             stderr=subprocess.STDOUT,
         )
     server = Prometheus(f"http://127.0.0.1:{port}", proc, log_path)
+    wait_until(lambda: proc.poll() is not None or ready(server.url), what="Prometheus to start")
+    assert proc.poll() is None, log_path.read_text()
+    return server
+
+
+def stop_prometheus(server: Prometheus) -> None:
+    server.proc.terminate()
     try:
-        wait_until(lambda: proc.poll() is not None or ready(server.url), what="Prometheus to start")
-        assert proc.poll() is None, log_path.read_text()
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait()
 
 
 def federate(job: str, servers: Sequence[Prometheus], match: Sequence[str]) -> dict[str, Any]:

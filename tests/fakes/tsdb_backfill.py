@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from prometheus_server import Prometheus, ready
-from support import free_port, wait_until
+from prometheus_server import Prometheus, start_prometheus, stop_prometheus
+from support import free_port
 
 Labels = Mapping[str, str]
 Point = tuple[float, float]  # Unix time, value
@@ -94,11 +94,11 @@ def backfilled(
             for block in blocks.iterdir():
                 if block.is_dir():
                     shutil.move(str(block), data / block.name)
-            _stop(prometheus)
+            stop_prometheus(prometheus)
             prometheus = _start(workdir, data, lookback)
         yield prometheus
     finally:
-        _stop(prometheus)
+        stop_prometheus(prometheus)
 
 
 def _run(command: list[str]) -> None:
@@ -107,34 +107,7 @@ def _run(command: list[str]) -> None:
 
 
 def _start(workdir: Path, data: Path, lookback: str) -> Prometheus:
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus is not installed (make test installs it)"
     port = free_port()
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": "15s"}}))
-    log_path = workdir / f"prometheus-{port}.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--query.lookback-delta={lookback}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = Prometheus(f"http://127.0.0.1:{port}", proc, log_path)
-    wait_until(lambda: proc.poll() is not None or ready(server.url), what="Prometheus to start")
-    assert proc.poll() is None, log_path.read_text()
-    return server
-
-
-def _stop(prometheus: Prometheus) -> None:
-    prometheus.proc.terminate()
-    try:
-        prometheus.proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        prometheus.proc.kill()
-        prometheus.proc.wait()
+    return start_prometheus(config, data, port, workdir / f"prometheus-{port}.log", lookback)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -77,16 +77,6 @@ def pending(parsed: Samples, namespace: str) -> dict[tuple[str, str, str], float
     return out
 
 
-def metrics_when(exporter: Exporter, check: Callable[[Samples], bool], what: str) -> Samples:
-    """The first /metrics for which `check` holds (the view is rebuilt every 200ms)."""
-
-    def attempt() -> Samples | None:
-        parsed = exporter.metrics()
-        return parsed if check(parsed) else None
-
-    return wait_until(attempt, what=what)
-
-
 def test_scenarios_metrics_and_watch_events(api: KubeApiServer, tmp_path: Path) -> None:
     seed(api)
     with start(api, tmp_path) as exporter:
@@ -126,8 +116,7 @@ def test_scenarios_metrics_and_watch_events(api: KubeApiServer, tmp_path: Path) 
 
         # a holder leaves: gpu-a has 8 free, the fragmented pod now fits (pending: other)
         api.delete("batch", "holder-gpu-a")
-        m = metrics_when(
-            exporter,
+        m = exporter.metrics_when(
             lambda m: values(m, "kube_gpu_node_free_devices", **node) == [8],
             "gpu-a freed",
         )
@@ -137,8 +126,7 @@ def test_scenarios_metrics_and_watch_events(api: KubeApiServer, tmp_path: Path) 
 
         # the scheduler binds it: no longer pending, its GPUs allocated on gpu-a
         api.put(make_gpu_pod("train", 2, "frag", node="gpu-a"))
-        m = metrics_when(
-            exporter,
+        m = exporter.metrics_when(
             lambda m: values(m, "kube_gpu_node_allocated_devices", **node) == [2],
             "train bound to gpu-a",
         )
@@ -147,13 +135,12 @@ def test_scenarios_metrics_and_watch_events(api: KubeApiServer, tmp_path: Path) 
 
         # the gated pod is deleted: its series go
         api.delete("gated", "queued")
-        m = metrics_when(exporter, lambda m: not pending(m, "gated"), "gated pod removed")
+        m = exporter.metrics_when(lambda m: not pending(m, "gated"), "gated pod removed")
         assert pending(m, "pinned") == {(GPU, A100, "gpu_type_unavailable"): 1}
 
         # a quota's usage changes
         api.put_quota(make_quota("gpu-quota", "team", hard=8, used=2))
-        metrics_when(
-            exporter,
+        exporter.metrics_when(
             lambda m: values(m, "kube_gpu_quota_used", **quota) == [2],
             "quota used updated",
         )
@@ -222,8 +209,7 @@ def test_scheduling_wait_and_disruptions(api: KubeApiServer, tmp_path: Path) -> 
         api.delete("batch", "holder-gpu-a")
         api.put(scheduled(waiting, "gpu-a", "2024-05-01T10:01:30Z"))  # 90 s after creation
         series = {"namespace": "queue", "resource": GPU}
-        m = metrics_when(
-            exporter,
+        m = exporter.metrics_when(
             lambda m: values(m, "kube_gpu_scheduling_wait_seconds_count", **series) == [1],
             "the wait observed",
         )
@@ -236,8 +222,7 @@ def test_scheduling_wait_and_disruptions(api: KubeApiServer, tmp_path: Path) -> 
         api.put(disrupted(victim, "PreemptionByScheduler"))
         api.delete("batch", "victim")
         preempted = {"namespace": "batch", "resource": GPU, "reason": "preempted"}
-        m = metrics_when(
-            exporter,
+        m = exporter.metrics_when(
             lambda m: values(m, "kube_gpu_pod_disruptions_total", **preempted) == [1],
             "the preemption counted",
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -53,16 +53,8 @@ def rejected(m: Samples) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def metrics_when(exporter: Exporter, check: Callable[[Samples], bool], what: str) -> Samples:
-    def attempt() -> Samples | None:
-        parsed = exporter.metrics()
-        return parsed if check(parsed) else None
-
-    return wait_until(attempt, what=what)
-
-
 def counted(exporter: Exporter, want: dict[tuple[str, str, str], float], what: str) -> Samples:
-    return metrics_when(exporter, lambda m: rejected(m) == want, what)
+    return exporter.metrics_when(lambda m: rejected(m) == want, what)
 
 
 TEAM = ("team", "gpu-quota", GPU)
@@ -112,8 +104,7 @@ def test_refusals_are_counted_from_failed_create_events(api: KubeApiServer, tmp_
         # the events watch fails: its health says so, everything else is served as before
         api.fail(503, times=100_000, resource=EVENTS)
         api.end_watches()
-        m = metrics_when(
-            exporter,
+        m = exporter.metrics_when(
             lambda m: values(m, "kube_gpu_cluster_watch_up", resource="events") == [0],
             "the events watch down",
         )
