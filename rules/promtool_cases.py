@@ -156,3 +156,10 @@ def edges(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check,
     held = minutes(for_)
     before = (Check(start + held - 1, ()),) if start + held else ()
     return (*before, Check(start + held, firing))
+
+
+def edges_from(for_: str, firing: tuple[Firing, ...], start: int) -> tuple[Check, ...]:
+    """`edges` for a condition that starts at minute `start` (a counter's first rise, a value
+    raised), with a check the minute before it too: nothing may fire before the rise."""
+    before = (Check(start - 1, ()),) if minutes(for_) else ()  # else `edges` checks it
+    return (*before, *edges(for_, firing, start))

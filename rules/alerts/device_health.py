@@ -13,11 +13,11 @@ from kube_gpu_exporter.rules.alert_text import AlertText, device
 from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
-    Check,
     Firing,
     World,
     bursts,
     edges,
+    edges_from,
     minutes,
     s,
     steady,
@@ -50,9 +50,7 @@ def _raised_case(metric: c.Metric, for_: str, w: World, raised: int = 1) -> Case
         s(metric, w.dev("a", 1), steady(0, start + n)),
     )
     firing = (Firing(w.dev_out("a", 0), raised),)
-    # Nothing before the rise (with no `for`, edges checks that minute itself).
-    before = (Check(start - 1, ()),) if held else ()
-    return Case(series, (*before, *edges(for_, firing, start)))
+    return Case(series, edges_from(for_, firing, start))
 
 
 # --- GPURowRemapPending --------------------------------------------------------------------------

@@ -13,12 +13,12 @@ from kube_gpu_exporter.rules.alert_text import AlertText, device
 from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
-    Check,
     Firing,
     Labels,
     Series,
     World,
     bursts,
+    edges_from,
     minutes,
     s,
     steady,
@@ -100,10 +100,7 @@ def _case(a: NvlinkErrorsAlert, w: World) -> Case:
         s(c.TEMPERATURE, w.dev("a", 4), steady(60, n)),  # no NVLink: no error series
     )
     firing = (Firing(w.dev_out("a", 0), over), Firing(w.dev_out("a", 2), r + 1))
-    checks = [Check(start - 1, ()), Check(start + held, firing)]
-    if held:
-        checks.insert(1, Check(start + held - 1, ()))
-    return Case(series, tuple(checks))
+    return Case(series, edges_from(a.for_, firing, start))
 
 
 def _runbook(a: NvlinkErrorsAlert, q: Query) -> Runbook:

@@ -17,11 +17,11 @@ from kube_gpu_exporter.rules.alert_text import AlertText, in_cluster, label
 from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
-    Check,
     Firing,
     Series,
     World,
     bursts,
+    edges_from,
     just_over,
     minutes,
     s,
@@ -43,15 +43,6 @@ def _disruption_reason(value: str) -> str:
 
 
 DisruptionReason = Annotated[str, AfterValidator(_disruption_reason)]
-
-
-def _checks(start: int, held: int, firing: tuple[Firing, ...]) -> tuple[Check, ...]:
-    """Counter cases: nothing the minute before the first rise, nothing the minute before
-    `for` has held (when there is such a minute after the rise), exactly `firing` at it."""
-    checks = [Check(start - 1, ()), Check(start + held, firing)]
-    if held:
-        checks.insert(1, Check(start + held - 1, ()))
-    return tuple(checks)
 
 
 # --- GPUQuotaExhausted ---------------------------------------------------------------------------
@@ -97,7 +88,7 @@ def _quota_case(a: QuotaExhaustedAlert, w: World) -> Case:
         refused("lab", "gpu-quota", t),  # exactly at the threshold
     )
     firing = (Firing(w.view_out(namespace="ml", quota="gpu-quota", resource=GPU), t + 1),)
-    return Case(series, _checks(start, held, firing))
+    return Case(series, edges_from(a.for_, firing, start))
 
 
 def _quota_runbook(a: QuotaExhaustedAlert, q: Query) -> Runbook:
@@ -188,7 +179,7 @@ def _preemption_case(a: PreemptionRateAlert, w: World) -> Case:
     if other is not None:
         series.append(disrupted("web", other, (t + 1) * 10))
     firing = (Firing(w.view_out(namespace="ml"), over),)
-    return Case(tuple(series), _checks(start, held, firing))
+    return Case(tuple(series), edges_from(a.for_, firing, start))
 
 
 def _preemption_runbook(a: PreemptionRateAlert, q: Query) -> Runbook:
