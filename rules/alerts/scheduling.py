@@ -27,7 +27,12 @@ from kube_gpu_exporter.rules.promtool_cases import (
 )
 from kube_gpu_exporter.rules.runbook_parts import Runbook, promql, sh
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
-from kube_gpu_exporter.rules.settings.values import Duration, PositiveDuration, duration_seconds
+from kube_gpu_exporter.rules.settings.values import (
+    Duration,
+    PositiveDuration,
+    duration_seconds,
+    one_of,
+)
 from kube_gpu_exporter.rules.spec import AlertSpec
 
 NS = "namespace"
@@ -36,13 +41,7 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 GPU = "nvidia.com/gpu"
 
 
-def _pending_reason(value: str) -> str:
-    if value not in k.PENDING_REASONS:
-        raise ValueError(f"must be one of {', '.join(k.PENDING_REASONS)}")
-    return value
-
-
-PendingReason = Annotated[str, AfterValidator(_pending_reason)]
+PendingReason = Annotated[str, AfterValidator(one_of(tuple(k.PENDING_REASONS)))]
 
 
 def explain_hint() -> str:

@@ -28,7 +28,7 @@ from kube_gpu_exporter.rules.promtool_cases import (
 )
 from kube_gpu_exporter.rules.runbook_parts import Runbook, promql, sh
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
-from kube_gpu_exporter.rules.settings.values import Duration
+from kube_gpu_exporter.rules.settings.values import Duration, one_of
 from kube_gpu_exporter.rules.spec import AlertSpec
 
 NS = "namespace"
@@ -36,13 +36,7 @@ QUOTA_LABELS = (NS, "quota", "resource")
 GPU = "nvidia.com/gpu"
 
 
-def _disruption_reason(value: str) -> str:
-    if value not in k.DISRUPTION_REASONS:
-        raise ValueError(f"must be one of {', '.join(k.DISRUPTION_REASONS)}")
-    return value
-
-
-DisruptionReason = Annotated[str, AfterValidator(_disruption_reason)]
+DisruptionReason = Annotated[str, AfterValidator(one_of(tuple(k.DISRUPTION_REASONS)))]
 
 
 # --- GPUQuotaExhausted ---------------------------------------------------------------------------

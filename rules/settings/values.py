@@ -9,6 +9,7 @@ already-valid values for the generators.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
@@ -201,6 +202,20 @@ def _routing_labels(value: dict[str, str]) -> dict[str, str]:
 AlertLabels = Annotated[dict[LabelName, str], AfterValidator(_routing_labels)]
 Matchers = Annotated[str, AfterValidator(_check_matchers)]
 Severity = Literal["critical", "warning", "info"]
+
+
+def one_of(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """A validator for a string setting that must be one of `allowed` (a label's values from
+    the catalog, which a `Literal` cannot be written from)."""
+
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value
+
+    return check
+
+
 Bytes = Annotated[int, BeforeValidator(_size), Field(ge=0)]
 Xid = Annotated[int, Field(strict=True, gt=0)]
 K8sName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]

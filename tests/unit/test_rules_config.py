@@ -112,6 +112,8 @@ BAD = [
     ("alerts.GPULost.severity", "page", "'page'"),
     ("alerts.GPULost.enabled", "'yes'", "'yes'"),
     ("alerts.GPUXidErrors.xids", "[79, 0]", "0"),
+    ("alerts.GPUPodPendingTooLong.ignore_reasons", "[gated, quota]", "'quota'"),
+    ("alerts.GPUPreemptionRate.reasons", "[preempted, oom]", "'oom'"),
     ("alerts.GPUTemperatureHigh.threshold", "400", "400"),
     ("alerts.KubeGpuExporterStale.threshold", "2 minutes", "'2 minutes'"),
     ("alerts.GPUMissing.window", "15m", "'15m'"),  # shorter than `for` (10m) + 10m
@@ -131,7 +133,7 @@ def test_bad_thresholds_exit_2_with_one_line_naming_key_and_value(
 ) -> None:
     path = tmp_path / "thresholds.yaml"
     path.write_text(_nested(key, yaml_value))
-    if key.endswith("xids"):
+    if yaml_value.startswith("["):  # the list's second item is the bad one
         key += "[1]"
     args = _args(config=str(path), out=str(tmp_path / "out"), runbooks=str(tmp_path / "r.md"))
     assert generate.run(args) == 2
