@@ -121,8 +121,15 @@ class Query:
         """`metric{job="…-cluster", <extra>}` for a series of the cluster view (`kube_gpu_*`):
         one target per cluster, so only the cluster scope applies, never a node's. `suffix`
         names one of a histogram's series (`_bucket`)."""
+        return self._of_view(metric.name + suffix, matchers)
+
+    def view_up(self) -> str:
+        """Prometheus' `up` series of the cluster view's target."""
+        return self._of_view("up", ())
+
+    def _of_view(self, name: str, matchers: tuple[str, ...]) -> str:
         parts = [self.config.selectors.cluster_view, *self.scope, *matchers]
-        return f"{metric.name}{suffix}{{{', '.join(parts)}}}"
+        return f"{name}{{{', '.join(parts)}}}"
 
     def up(self) -> str:
         """Prometheus' `up` series of the exporter's targets."""

@@ -32,14 +32,10 @@ class ClusterViewDownAlert(AlertSettings):
     for_: Duration = Field(default="10m", alias="for")
 
 
-def _view_up(q: Query) -> str:
-    return f"up{{{', '.join([q.config.selectors.cluster_view, *q.scope])}}}"
-
-
 def _rule(a: ClusterViewDownAlert, q: Query) -> AlertText:
     watch = agg("min", (*q.cluster, "resource"), q.view(k.WATCH_UP))
     return AlertText(
-        f"{_view_up(q)} == 0\nor\n{watch} == 0",
+        f"{q.view_up()} == 0\nor\n{watch} == 0",
         f"For {a.for_} the cluster view{in_cluster(q)} has not been scraped, or its watch of "
         f"{{{{ with $labels.resource }}}}{{{{ . }}}}{{{{ end }}}} has failed: "
         "GPUPodPendingTooLong, GPUFragmentation, GPUQuotaExhausted and GPUPreemptionRate "
@@ -75,7 +71,7 @@ def _runbook(a: ClusterViewDownAlert, q: Query) -> Runbook:
         ),
         diagnosis="\n\n".join(
             (
-                promql(_view_up(q), q.view(k.WATCH_UP), q.view(k.WATCH_ERRORS)),
+                promql(q.view_up(), q.view(k.WATCH_UP), q.view(k.WATCH_ERRORS)),
                 "`kube_gpu_cluster_watch_errors_total`'s `kind` tells a connection or "
                 "timeout problem from the API server refusing (`server_error`: often RBAC).",
                 sh(
