@@ -201,23 +201,22 @@ def _explain(stack: Stack) -> str:
     from kube_gpu_exporter.demo.cluster_story import FRAGMENTED_POD
 
     namespace, name = FRAGMENTED_POD
-    command = [
-        sys.executable,
-        "-m",
-        "kube_gpu_exporter.exporter",
-        "explain",
-        "-n",
-        namespace,
-        name,
-        f"--kubeconfig={stack.kubeconfig}",
-        "--color=never",
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=EXPLAIN_SECONDS)
-    except subprocess.TimeoutExpired:
+    args = ["explain", "-n", namespace, name, f"--kubeconfig={stack.kubeconfig}", "--color=never"]
+    done = _cli(args, EXPLAIN_SECONDS)
+    if done is None:
         return "  (explain did not answer)\n"
     text = done.stdout or done.stderr
     return "".join(f"  {line}\n" for line in text.strip().splitlines())
+
+
+def _cli(args: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """`kube-gpu-exporter ARGS` as a user runs it, its output captured; None on timeout."""
+    from kube_gpu_exporter.demo.stack import EXPORTER
+
+    try:
+        return subprocess.run([*EXPORTER, *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def weekly_report(stack: Stack, out: str, thresholds: str) -> None:
@@ -225,19 +224,15 @@ def weekly_report(stack: Stack, out: str, thresholds: str) -> None:
     platform lead would run it each week (`--since 7d`); says where it went, or why not."""
     # The story so far, and at least the shortest period a report takes.
     minutes = max(REPORT_MIN_MINUTES, math.ceil((time.monotonic() - stack.story_started) / 60))
-    command = [
-        sys.executable,
-        "-m",
-        "kube_gpu_exporter.exporter",
+    args = [
         "report",
         f"--prometheus={stack.url('prometheus')}",
         f"--since={minutes}m",
         f"--thresholds={thresholds}",
         f"--out={out}",
     ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=REPORT_SECONDS)
-    except subprocess.TimeoutExpired:
+    done = _cli(args, REPORT_SECONDS)
+    if done is None:
         _say("the weekly report did not finish in time")
         return
     if done.returncode == 0:
