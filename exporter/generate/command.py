@@ -2,7 +2,8 @@
 dashboards, written (or compared with the disk: `--check`) where `WHERE` says.
 
 Without `--out` the files go where this repository keeps them, `deploy/` and
-`docs/runbooks.md`; with `--out DIR` every file goes under DIR, the runbooks as DIR/runbooks.md
+`docs/runbooks.md`, and the generated blocks of README.md and docs/ are rewritten
+(doc_blocks.py); with `--out DIR` every file goes under DIR, the runbooks as DIR/runbooks.md
 (a `--out` of another thresholds file, run in a checkout, once overwrote the checkout's
 runbooks). Only an explicit `--runbooks FILE` puts them elsewhere.
 
@@ -72,6 +73,7 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
 
 def run(args: argparse.Namespace) -> int:
     """Generate (or check) the outputs; the exit status: 0 ok, 1 stale (--check), 2 bad config."""
+    from kube_gpu_exporter.exporter.generate.doc_blocks import planned_docs
     from kube_gpu_exporter.exporter.generate.outputs import check, planned_files, write
     from kube_gpu_exporter.exporter.input_errors import InputError
     from kube_gpu_exporter.exporter.output_paths import (
@@ -88,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             check_output_dir(out_dir, "--out")
             check_output_file(runbooks, "--runbooks")
         planned = planned_files(cfg, out_dir, runbooks)
+        if not args.out:  # this repository's layout: its docs' generated figures too
+            with file_errors("read"):
+                planned.update(planned_docs(cfg, Path(".")))
         if args.check:
             with file_errors("read"):
                 problems = check(planned, out_dir)
