@@ -118,14 +118,16 @@ def run_exporter(
     env: Mapping[str, str] | None = None,
     wait_ready: bool = True,
     command: str = "serve",
+    prefix: Sequence[str] = (),
 ) -> Iterator[Exporter]:
     """Start the exporter (`command`: serve, or cluster) on a free port, wait until it
-    answers, SIGTERM it afterwards."""
+    answers, SIGTERM it afterwards. `prefix` runs it under another command (e.g. `unshare`,
+    which must pass SIGTERM on)."""
     port = free_port()
     log_path = tmp_path / f"exporter-{port}.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            exporter_command(command, f"--web.listen-address=127.0.0.1:{port}", *args),
+            [*prefix, *exporter_command(command, f"--web.listen-address=127.0.0.1:{port}", *args)],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -24,6 +24,7 @@ from kube_gpu_exporter.exporter.snapshot import (
     DeviceSample,
     Holder,
     PodUsage,
+    ProcessSample,
 )
 
 if TYPE_CHECKING:
@@ -206,11 +207,12 @@ def _split(
 ) -> list[PodUsage]:
     """A shared device: each holder gets the sum over its own processes.
 
-    Only when every process on the device can be tied to a container; otherwise the split is
-    unknown and nothing is reported (absent, never a wrong number). A holder with no process
-    on the device uses nothing of it: 0, which is exactly what an idle-share alert needs.
+    Only when NVML's list can be the device's every process and each one can be tied to a
+    container; otherwise the split is unknown and nothing is reported (absent, never a wrong
+    number). A holder with no process on the device uses nothing of it: 0, which is exactly
+    what an idle-share alert needs — and exactly what an invisible process would fake.
     """
-    if sample.processes is None:
+    if sample.processes is None or not _lists_every_process(sample, sample.processes):
         return []
     owners = {p.pid: directory.owner_of_process(p.pid) for p in sample.processes}
     if any(owner is None for owner in owners.values()):
@@ -226,3 +228,28 @@ def _split(
     return [
         PodUsage(device, h, min(util[h], 1.0) if with_util else None, memory[h]) for h in holders
     ]
+
+
+# Framebuffer a device may hold beyond its listed processes' before a process must be missing
+# from the list: the driver's own allocations stay well under it, while a CUDA context alone
+# takes a few hundred MiB and a workload far more.
+UNLISTED_MEMORY_SLACK_BYTES = 1 << 30
+
+
+def _lists_every_process(sample: DeviceSample, processes: tuple[ProcessSample, ...]) -> bool:
+    """Whether NVML's process list can be all there is on the device.
+
+    It cannot when the device's own readings show work that the listed processes do not
+    account for: NVML lists only the caller's PID namespace (an exporter without hostPID sees
+    an empty list on a busy GPU), and drivers and MPS set-ups hide processes for other
+    reasons. Whatever the reason, the device's memory in use beyond the listed processes', or
+    a busy device whose listed processes ran nothing, means someone is missing.
+    """
+    used = sample.values.get(c.MEMORY_USED.name)
+    listed = sum(p.used_memory_bytes for p in processes)
+    if used is not None and used - listed > UNLISTED_MEMORY_SLACK_BYTES:
+        return False
+    busy = sample.values.get(c.UTILIZATION.name, 0.0) > 0
+    if busy and all(p.sm_utilization is not None for p in processes):
+        return any(p.sm_utilization for p in processes)
+    return True

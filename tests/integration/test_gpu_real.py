@@ -143,10 +143,13 @@ def test_field_values_of_a_real_gpu() -> None:
 
 
 PROCESS_COUNT = """
+import pynvml
 from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 node = NvmlSampler(watch_xids=False).sample()
 gpu = [d for d in node.devices if not d.identity.is_mig][0]
-print(node.host_pid_namespace, len(gpu.processes), gpu.values["nvidia_gpu_memory_used_bytes"])
+listed = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(0))
+print(node.host_pid_namespace, len(listed), gpu.processes is None,
+      gpu.values["nvidia_gpu_memory_used_bytes"])
 """
 
 
@@ -166,8 +169,10 @@ def test_nvml_lists_processes_only_of_the_callers_pid_namespace(matmul_load: int
         text=True,
         check=True,
     )
-    host_pid, processes, used = own_namespace.stdout.split()
+    host_pid, processes, unknown, used = own_namespace.stdout.split()
     print("in its own PID namespace:", own_namespace.stdout)
     assert host_pid == "False"
-    # The load's memory (two 128 MiB matrices, the CUDA context), none of its processes.
+    # The load's memory (two 128 MiB matrices, the CUDA context), none of its processes:
+    # the exporter reports the process list as unknown there, not as empty.
     assert processes == "0" and float(used) > 512 << 20
+    assert unknown == "True"

@@ -14,7 +14,7 @@ from kube_gpu_exporter.exporter.kubelet.listing import (
 )
 from kube_gpu_exporter.exporter.simulated.sampler import node_sample
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
-from kube_gpu_exporter.exporter.snapshot import AttributionSample, Holder
+from kube_gpu_exporter.exporter.snapshot import AttributionSample, DeviceSample, Holder
 
 GIB = 1 << 30
 NODE = node_sample(
@@ -227,3 +227,55 @@ def test_without_a_listing_only_the_driver_count_is_known() -> None:
         None,
         None,
     )
+
+
+def _shared_node(
+    processes: str, utilization: float = 0.8, used: str = "50GiB"
+) -> tuple[DeviceSample, ...]:
+    return node_sample(
+        Scenario.parse(
+            f"""
+devices:
+  - uuid: GPU-11111111-0000-4000-8000-000000000000
+    readings: {{utilization: {utilization}, memory_used_bytes: {used}}}
+    processes: {processes}
+"""
+        ).state_at(0)
+    ).devices
+
+
+@pytest.mark.parametrize(
+    ("processes", "utilization", "used"),
+    [
+        ("[]", 0.8, "50GiB"),  # NVML lists nobody (another PID namespace): busy, 50 GiB held
+        ("[]", 0.0, "50GiB"),  # nobody listed, yet 50 GiB held
+        ("[]", 0.8, "0GiB"),  # nobody listed, yet the device is busy
+        # one process of two listed: 40 GiB of the 50 are nobody's
+        ("[{pid: 100, used_memory_bytes: 10GiB, sm_utilization: 0.6}]", 0.8, "50GiB"),
+        # every listed process idle while the device is busy
+        ("[{pid: 100, used_memory_bytes: 10GiB, sm_utilization: 0.0}]", 0.8, "10GiB"),
+    ],
+)
+def test_a_split_the_process_list_cannot_account_for_is_absent_not_zero(
+    processes: str, utilization: float, used: str
+) -> None:
+    gpu = "GPU-11111111-0000-4000-8000-000000000000"
+    node = listing(
+        alloc(NOTEBOOK_A, "nvidia.com/gpu", f"{gpu}::0"),
+        alloc(NOTEBOOK_B, "nvidia.com/gpu", f"{gpu}::1"),
+    )
+    devices = _shared_node(processes, utilization, used)
+    attr = attribute(devices, node, Directory({100: NOTEBOOK_A, 200: NOTEBOOK_B}))
+    assert len(attr.allocations) == 2
+    assert attr.usage == ()
+
+
+def test_an_idle_shared_gpu_with_nobody_listed_is_idle_for_every_holder() -> None:
+    gpu = "GPU-11111111-0000-4000-8000-000000000000"
+    node = listing(
+        alloc(NOTEBOOK_A, "nvidia.com/gpu", f"{gpu}::0"),
+        alloc(NOTEBOOK_B, "nvidia.com/gpu", f"{gpu}::1"),
+    )
+    devices = _shared_node("[]", 0.0, "300MiB")  # the driver's own few hundred MiB
+    attr = attribute(devices, node, Directory({}))
+    assert usage(attr) == {(gpu, "notebook-a"): (0.0, 0.0), (gpu, "notebook-b"): (0.0, 0.0)}
