@@ -27,6 +27,9 @@ class DeviceIdentity:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     share: float = 1.0  # of its physical GPU: a MIG instance's slices over the GPU's
+    # N of the GPU's /dev/nvidiaN (a MIG instance: its parent's), which GKE's device plugin
+    # names devices by; it need not follow the index. None when NVML cannot tell.
+    minor: int | None = None
 
     @property
     def is_mig(self) -> bool:

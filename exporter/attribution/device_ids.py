@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from kube_gpu_exporter.exporter.snapshot import DeviceIdentity
 
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
-# GKE: nvidia<N>, nvidia<N>/gi<M> (MIG), each with /vgpu<K> for time-sharing replica K.
+# GKE: nvidia<N>, nvidia<N>/gi<M> (MIG), each with /vgpu<K> for time-sharing replica K; N is
+# the minor number of /dev/nvidiaN, not NVML's enumeration index.
 _GKE = re.compile(r"^nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
 
 
@@ -43,20 +44,22 @@ class DeviceResolver:
 
     def __init__(self, devices: Iterable[DeviceIdentity]) -> None:
         self._by_uuid: dict[str, DeviceIdentity] = {}
-        self._gpu_by_index: dict[int, DeviceIdentity] = {}
+        self._gpu_by_minor: dict[int, DeviceIdentity] = {}
         self._mig_by_place: dict[tuple[str, int, int | None], DeviceIdentity] = {}
-        self._mig_by_index_gi: dict[tuple[int, int], DeviceIdentity] = {}
+        self._mig_by_minor_gi: dict[tuple[int, int], DeviceIdentity] = {}
         for device in devices:
             if device.uuid:
                 self._by_uuid[device.uuid.lower()] = device
             if not device.is_mig:
-                self._gpu_by_index[device.index] = device
+                if device.minor is not None:
+                    self._gpu_by_minor[device.minor] = device
                 continue
             gi = device.gpu_instance_id if device.gpu_instance_id is not None else -1
             parent = device.parent_uuid.lower()
             self._mig_by_place[(parent, gi, device.compute_instance_id)] = device
             self._mig_by_place.setdefault((parent, gi, None), device)
-            self._mig_by_index_gi.setdefault((device.index, gi), device)
+            if device.minor is not None:
+                self._mig_by_minor_gi.setdefault((device.minor, gi), device)
 
     def gpu_of(self, device_id: str) -> str | None:
         """The uuid of the whole GPU an id (replica or not) names or is carved from."""
@@ -76,8 +79,8 @@ class DeviceResolver:
             return self._mig_by_place.get((parent, gi, ci))
         gke = _GKE.match(base_id)
         if gke:
-            index = int(gke.group(1))
+            minor = int(gke.group(1))
             if gke.group(2) is not None:
-                return self._mig_by_index_gi.get((index, int(gke.group(2))))
-            return self._gpu_by_index.get(index)
+                return self._mig_by_minor_gi.get((minor, int(gke.group(2))))
+            return self._gpu_by_minor.get(minor)
         return None

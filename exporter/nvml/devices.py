@@ -73,9 +73,20 @@ def _mig_children(parent: DeviceIdentity, handle: Any) -> tuple[Device, ...]:
             share=gpu_share(profile, slices, gpu_slices),
             gpu_instance_id=pynvml.nvmlDeviceGetGpuInstanceId(mig),
             compute_instance_id=pynvml.nvmlDeviceGetComputeInstanceId(mig),
+            minor=parent.minor,
         )
         children.append(Device(identity=identity, handle=mig))
     return tuple(children)
+
+
+def _minor_number(handle: Any) -> int | None:
+    """N of /dev/nvidiaN: GKE's device plugin names GPUs `nvidiaN` by it, and the driver need
+    not number them in NVML's enumeration order. None where NVML cannot say (an id naming it
+    then maps to no device and is counted as unmapped, rather than guessed from the index)."""
+    try:
+        return int(pynvml.nvmlDeviceGetMinorNumber(handle))
+    except pynvml.NVMLError:
+        return None
 
 
 def _is_mig_enabled(handle: Any) -> bool:
@@ -98,6 +109,7 @@ def discover(previous: tuple[Device, ...] = ()) -> tuple[Device, ...]:
                 uuid=text(pynvml.nvmlDeviceGetUUID(handle)),
                 model=text(pynvml.nvmlDeviceGetName(handle)),
                 pci_bus_id=text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+                minor=_minor_number(handle),
             )
             mig_enabled = _is_mig_enabled(handle)
             children = _mig_children(identity, handle) if mig_enabled else ()

@@ -95,6 +95,7 @@ def _mig_identity(parent: DeviceIdentity, mig: MigState) -> DeviceIdentity:
         mig_profile=mig.profile,
         gpu_instance_id=mig.gpu_instance_id,
         compute_instance_id=mig.compute_instance_id,
+        minor=parent.minor,
     )
 
 
@@ -107,6 +108,7 @@ def _device_samples(
         uuid=device.uuid,
         model=device.name,
         pci_bus_id=device.pci_bus_id,
+        minor=device.minor,
     )
     xids = dict.fromkeys(xid_codes, 0) | dict(Counter(device.xids))
     migs = [(_mig_identity(identity, m), m) for m in device.mig]

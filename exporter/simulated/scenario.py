@@ -137,6 +137,8 @@ class DeviceSpec(_Model):
     uuid: str | None = None
     name: str = "NVIDIA H100 80GB HBM3"
     pci_bus_id: str | None = None
+    # N of /dev/nvidiaN; the driver need not number GPUs in NVML's order (default: the index)
+    minor: Annotated[int, Field(ge=0, le=255)] | None = None
     memory_total_bytes: Bytes = 80 << 30
     memory_reserved_bytes: Bytes = 512 << 20
     power_limit_watts: Annotated[float, Field(gt=0)] = 700.0
@@ -174,6 +176,13 @@ class ScenarioSpec(_Model):
     driver_version: str = "550.54.15"
     devices: list[DeviceSpec] = Field(min_length=1)
     kubelet: KubeletSpec = KubeletSpec()
+
+    @model_validator(mode="after")
+    def _minor_numbers_unique(self) -> ScenarioSpec:
+        minors = [i if d.minor is None else d.minor for i, d in enumerate(self.devices)]
+        if len(set(minors)) != len(minors):
+            raise ValueError(f"devices: two GPUs have the same minor number ({minors})")
+        return self
 
     @model_validator(mode="after")
     def _kubelet_names_real_devices(self) -> ScenarioSpec:
@@ -229,6 +238,7 @@ class DeviceState(_ByName):
     uuid: str
     name: str
     pci_bus_id: str
+    minor: int
     lost: bool
     readings: Mapping[str, float] = field(hash=False)  # the table's and the spec's fixed ones
     clock_events: frozenset[str]
@@ -362,6 +372,7 @@ class Scenario:
             uuid=spec.uuid or f"GPU-{index:08x}-0000-4000-8000-{index:012x}",
             name=spec.name,
             pci_bus_id=spec.pci_bus_id or f"00000000:{0x18 + index:02X}:00.0",
+            minor=index if spec.minor is None else spec.minor,
             lost=lost,
             readings={
                 **numbers,

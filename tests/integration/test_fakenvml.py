@@ -487,6 +487,7 @@ devices:
         "uuid GPU-x",
         "name NVIDIA A100-SXM4-40GB",
         "pci_bus_id 00000000:3B:00.0",
+        "minor 0",
         "lost 0",
         f"memory {40 * GIB} 0 0",
         "utilization 13 0",

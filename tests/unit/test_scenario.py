@@ -70,6 +70,8 @@ devices:
         ("devices: [{readings: {sm_active: 1.2}}]", "devices[0].readings.sm_active"),
         ("devices: [{unsupported: [sm_activity]}]", "devices[0].unsupported[0]"),
         ("devices: [{nvlink_links: 19}]", "devices[0].nvlink_links"),
+        ("devices: [{minor: -1}]", "devices[0].minor"),
+        ("devices: [{minor: 1}, {}]", "two GPUs have the same minor number ([1, 1])"),
         ("devices: [\n", "not valid YAML at line"),
         ("- just a list", "top level"),
     ],
