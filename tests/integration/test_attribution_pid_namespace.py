@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fakenvml import write_state
+from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kubelet_server import FakeKubelet, container, devices, pod
 from support import run_exporter, values, wait_until
-
-from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 
 GPU0 = "GPU-00000000-0000-4000-8000-000000000000"
 GPU1 = "GPU-11111111-0000-4000-8000-000000000000"
