@@ -7,7 +7,7 @@ APT_PKGS := prometheus prometheus-alertmanager chromium
 APT_CMDS := prometheus promtool prometheus-alertmanager chromium
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: all venv system-deps demo test test-gpu lint bench image-footprint generate proto clean
+.PHONY: all venv system-deps npm-deps demo test test-gpu lint bench image-footprint generate proto clean
 
 all: test
 
@@ -36,6 +36,21 @@ system-deps:
 	    apt-get install -y -qq --no-install-recommends $(APT_PKGS) >/dev/null; \
 	fi
 
+# @grafana/schema and TypeScript for tests/integration/test_dashboards_schema.py, at the
+# versions tests/dashboard_schema/package-lock.json pins, in a cache outside the checkout;
+# installed again only when that lock changes (npm from Debian when it is missing).
+NPM_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kube-gpu-exporter/npm
+NPM_LOCK := tests/dashboard_schema/package-lock.json
+npm-deps:
+	@if ! cmp -s $(NPM_LOCK) $(NPM_DIR)/package-lock.json \
+	  || [ ! -f $(NPM_DIR)/node_modules/typescript/bin/tsc ]; then \
+	  command -v npm >/dev/null || { echo "installing Debian packages: nodejs npm"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }; \
+	  mkdir -p $(NPM_DIR) && cp tests/dashboard_schema/package.json $(NPM_LOCK) $(NPM_DIR)/ \
+	    && npm ci --prefix $(NPM_DIR) --no-audit --no-fund; \
+	fi
+
 # The story node, its kubelet, Prometheus and Alertmanager with the generated rules; Ctrl-C
 # stops them all. HOST=0.0.0.0 to reach it from another machine.
 HOST ?= 127.0.0.1
@@ -57,7 +72,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-test: $(STAMP) system-deps lint
+test: $(STAMP) system-deps npm-deps lint
 	$(VENV)/bin/kube-gpu-exporter generate --check
 	$(VENV)/bin/pytest -m "not gpu"
 

@@ -4,9 +4,10 @@ Why our own and not grafana-foundation-sdk: we need five panel kinds, three vari
 and a grid layout — about 250 lines of frozen dataclasses — while the SDK is a public
 preview (0.0.x) whose PyPI history carries epoch-numbered builds that an unpinned or loosely
 pinned install silently prefers, and it would become a runtime dependency of the exporter's
-image only for `generate`. What the SDK's types would catch (a misspelt option) the lint
-tests and the Prometheus-backed query test catch for what matters here; the JSON stays byte
-stable under our control.
+image only for `generate`. What the SDK's types would catch (a misspelt key, a missing one)
+Grafana's own `Dashboard` type catches in tests/integration/test_dashboards_schema.py, and the
+lint tests and the Prometheus-backed query test the rest; the JSON stays byte stable under
+our control.
 
 Every panel and target points at the `${datasource}` variable, so dashboards provision from
 files or ConfigMaps without `__inputs`.
@@ -19,7 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
-SCHEMA_VERSION = 39  # Grafana 10.4 and later load it without migration
+# The dashboard JSON model's current version (@grafana/schema 13.2, Grafana 12.2 and later):
+# Grafana migrates a dashboard below its own version on every load. Versions 40-42 changed
+# nothing these dashboards use (refresh a string, no timepicker.time_options, no hideFrom), and
+# a Grafana older than 12.2 runs none of its migrations on a version above its own.
+SCHEMA_VERSION = 42
 
 PanelKind = Literal["timeseries", "stat", "table", "bargauge", "state-timeline"]
 Step = tuple[float | None, str]  # (from value, colour); the first step's value is None
@@ -75,21 +80,23 @@ class Variable:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "label": self.label, "type": self.kind}
         if self.kind == "datasource":
-            out |= {"query": "prometheus", "current": {}, "hide": 0, "refresh": 1, "regex": ""}
+            # "default": the data source Grafana marks as default, what it picks unasked.
+            current = {"text": "default", "value": "default"}
+            out |= {"query": "prometheus", "current": current, "hide": 0, "refresh": 1, "regex": ""}
         elif self.kind == "constant":
             out |= {"query": self.query, "hide": 2, "skipUrlSync": True}
         else:
             out |= {
                 "datasource": DATASOURCE,
-                "definition": self.query,
                 # The plain-string form: every Grafana version reads it (newer ones migrate
-                # it to their query editor's object on load).
+                # it to their query editor's object on load). No `definition`: the editor's
+                # copy of it for display, which the dashboard schema does not have.
                 "query": self.query,
                 "refresh": 2,
                 "sort": 1,
                 "regex": "",
                 "hide": 0,
-                "current": {},
+                "current": self._current(),
                 "multi": self.multi,
                 "includeAll": self.include_all,
             }
@@ -97,6 +104,15 @@ class Variable:
                 out["allValue"] = ".*"
         out["options"] = []
         return out
+
+    def _current(self) -> dict[str, Any]:
+        """What a query variable shows before anyone picks: All where it has All (what Grafana
+        selects then), else nothing chosen yet, which Grafana fills with the first value."""
+        if self.include_all:
+            if self.multi:
+                return {"text": ["All"], "value": ["$__all"]}
+            return {"text": "All", "value": "$__all"}
+        return {"text": "", "value": ""}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +137,10 @@ class Dashboard:
             links.append(
                 {
                     "title": "GPU dashboards",
+                    "tooltip": "The other kube-gpu-exporter dashboards, at this time range "
+                    "and these variables",
+                    "icon": "external link",  # Grafana's own for a new link
+                    "targetBlank": False,
                     "type": "dashboards",
                     "tags": [self.links_tag],
                     "asDropdown": True,
