@@ -54,6 +54,7 @@ class Panel:
     min: float | None = None
     max: float | None = None
     bars: bool = False  # timeseries drawn as bars (event counts)
+    background: bool = False  # a stat coloured as a whole, not only its value (a warning)
     stack: bool = False
     mappings: tuple[tuple[str, str, str], ...] = ()  # (value, text, colour)
     overrides: tuple[tuple[str, Mapping[str, Any]], ...] = ()  # (field name, properties)
@@ -262,7 +263,7 @@ def _panel_json(panel: Panel, panel_id: int, grid: dict[str, int]) -> dict[str, 
     elif panel.kind == "stat":
         options = {
             "reduceOptions": reduce,
-            "colorMode": "value",
+            "colorMode": "background" if panel.background else "value",
             "graphMode": "area",
             "justifyMode": "auto",
             "orientation": "auto",

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.grafana import queries as qq
 from kube_gpu_exporter.grafana.model import Panel, PanelKind, Step, Target, Variable
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.promql import Query
@@ -53,6 +54,25 @@ def table(title: str, unit: str, *targets: Target, **options: Any) -> Panel:
 
 def bargauge(title: str, unit: str, target: Target, **options: Any) -> Panel:
     return panel("bargauge", title, unit, target, **options)
+
+
+def simulated_marker(q: Query, width: int = 3) -> Panel:
+    """A stat for the first row of every dashboard: the nodes of `q` whose exporter serves
+    invented readings (`serve --simulate`) under the real metric names. Plain "none" when
+    every node is real; the whole panel red, with the count, as soon as one is simulated."""
+    return stat(
+        "Simulated exporters",
+        "none",
+        Target(qq.simulated_nodes(q), instant=True),
+        width=width,
+        steps=((None, GREEN), (1, RED)),
+        mappings=(("0", "none", "transparent"),),
+        background=True,
+        description="Nodes whose exporter ran `serve --simulate` in this time range "
+        '(kube_gpu_exporter_build_info{simulated="true"}): their series are invented readings '
+        "under the real metric names, and the panels here include them. none: every node "
+        "reads real GPUs.",
+    )
 
 
 def line_at(value: float, colour: str = RED) -> dict[str, Any]:

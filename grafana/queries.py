@@ -23,6 +23,7 @@ SLOWDOWNS = (
 )
 QUOTA = 'resource="nvidia.com/gpu"'  # a quota's `requests.nvidia.com/gpu`, as the view names it
 PRODUCT = ("gpu_product", "resource")
+SIMULATED = 'simulated="true"'  # build_info of an exporter serving a scenario, not NVML
 GPU_REQUESTS = 'resource=~"nvidia_com_gpu.*|nvidia_com_mig_.*"'
 
 
@@ -112,6 +113,13 @@ def pending_gpu_pods(q: Query, *matchers: str) -> str:
 
 def exporter_value(q: Query, metric: c.Metric) -> str:
     return f"max({q.sel(metric)})"
+
+
+def simulated_nodes(q: Query) -> str:
+    """Nodes whose exporter said `simulated="true"` (`serve --simulate`) at any time in the
+    dashboard's range; 0 when none did (real nodes say "false", or nothing before the label)."""
+    said = f"max_over_time({q.sel(c.BUILD_INFO, SIMULATED)}[$__range])"
+    return f"count({agg('group', q.node, said)}) or vector(0)"
 
 
 def data_age(q: Query) -> str:

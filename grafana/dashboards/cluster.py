@@ -20,6 +20,7 @@ from kube_gpu_exporter.grafana.panels import (
     ratio_series,
     renamed,
     scoped,
+    simulated_marker,
     stat,
     table,
     timeseries,
@@ -41,12 +42,14 @@ def build(cfg: Config) -> Dashboard:
     fleet = Row(
         "Fleet",
         (
-            stat("GPUs", "none", Target(qq.gpus(q))),
+            simulated_marker(q),
+            stat("GPUs", "none", Target(qq.gpus(q)), width=2),
             stat(
                 "Lost GPUs",
                 "none",
                 Target(qq.lost_gpus(q)),
                 steps=((None, GREEN), (1, RED)),
+                width=2,
                 description="Whole GPUs whose nvidia_gpu_up is 0 (fallen off the bus).",
             ),
             stat(
@@ -54,6 +57,7 @@ def build(cfg: Config) -> Dashboard:
                 "percentunit",
                 Target(qq.utilization(q)),
                 steps=((None, ORANGE), (target, GREEN)),
+                width=2,
                 description=f"Average over whole GPUs; green from the {fmt_percent(target)} "
                 "efficiency target.",
             ),

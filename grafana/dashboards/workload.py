@@ -18,6 +18,7 @@ from kube_gpu_exporter.grafana.panels import (
     line_at,
     ratio_series,
     scoped,
+    simulated_marker,
     stat,
     table,
     timeseries,
@@ -38,6 +39,7 @@ def build(cfg: Config) -> Dashboard:
     namespace = Row(
         "Namespaces",
         (
+            simulated_marker(device),
             stat("GPUs held", "none", Target(qq.cluster_sum(device, "namespace_allocated", in_ns))),
             stat(
                 "Idle GPUs",
@@ -74,7 +76,6 @@ def build(cfg: Config) -> Dashboard:
                 "Framebuffer used",
                 "bytes",
                 Target(f"sum({qq.recorded(device, 'namespace_memory_used', in_ns)})"),
-                width=6,
             ),
         ),
     )
