@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,8 +88,24 @@ def test_every_input_file_refuses_it_in_one_line(
     assert_one_line(*run_cli([*flags, path]), f"error: {label}{path}: {expected}")
 
 
-def test_the_alias_bomb_is_600_bytes() -> None:
-    assert 300 < len(BOMB) <= 600
+@pytest.mark.parametrize("which", FILES)
+def test_the_alias_bomb_is_refused_before_it_expands(tmp_path: Path, which: str) -> None:
+    """The real process, given the 600-byte bomb: one line and exit 2 within seconds and a
+    bounded peak memory, which expanding its 9**9 nodes (validating or quoting them) cannot
+    do. The process's own peak RSS is read with wait4, not the test's."""
+    path = tmp_path / "bomb.yaml"
+    path.write_bytes(BOMB)
+    flags, label = FILES[which]
+    command = [sys.executable, "-m", "kube_gpu_exporter.exporter", *flags, str(path)]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as proc:
+        timer = threading.Timer(30, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stderr = proc.stderr.read() if proc.stderr else ""
+    assert_one_line(proc.returncode, stderr, f"{label}{path}", "more than 10000 nodes")
+    assert usage.ru_maxrss < 300 * 1024, f"peak RSS {usage.ru_maxrss // 1024} MiB"
 
 
 @pytest.mark.parametrize("which", FILES)
