@@ -12,6 +12,8 @@ State file lines (the C file's header is the reference):
     hang 1                                  (only when given: every call blocks until a
                                            rewrite drops it)
     init_error <code>                       (only when given)
+    error <NVML function name> <code>      (node-wide functions, before any device: only
+                                           when given)
     device <index>                          then, for that GPU:
     uuid <text>
     name <text to end of line>
@@ -51,6 +53,7 @@ counter wraps as the driver's does.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import shutil
@@ -303,6 +306,7 @@ def render_state(
     init_error: int | None = None,
     hang: bool = False,
     errors: Mapping[tuple[int, str], int] = _NO_ERRORS,
+    node_errors: Mapping[str, int] = MappingProxyType({}),
 ) -> str:
     """The state file text for `node` (None: a driver that reports no GPUs).
 
@@ -311,6 +315,8 @@ def render_state(
     rows read by their own calls (the keys of field-value and GPM rows drop lines instead).
     `hang` makes every call block (in the fake, without its lock) until a rewrite without it:
     a driver stuck in the kernel, for what the exporter does while NVML never answers.
+    `node_errors` maps a node-wide C function (nvmlDeviceGetCount_v2,
+    nvmlSystemGetDriverVersion) to the nvmlReturn_t it must answer.
     """
     devices = node.devices if node is not None else ()
     known = {d.index for d in devices}
@@ -327,6 +333,7 @@ def render_state(
         lines.append("hang 1")
     if init_error is not None:
         lines.append(f"init_error {int(init_error)}")
+    lines += [f"error {_token(fn, 'function')} {code}" for fn, code in sorted(node_errors.items())]
     for device in devices:
         per_function = dict.fromkeys(
             faulted_functions(device.unsupported), NVML_ERROR_NOT_SUPPORTED
@@ -344,6 +351,7 @@ def write_state(
     init_error: int | None = None,
     hang: bool = False,
     errors: Mapping[tuple[int, str], int] = _NO_ERRORS,
+    node_errors: Mapping[str, int] = MappingProxyType({}),
 ) -> None:
     """Atomically replace the state file, so the fake never reads a half-written one.
 
@@ -352,7 +360,14 @@ def write_state(
     size could look unchanged; each write therefore stamps a strictly increasing mtime.
     """
     global _last_mtime_ns
-    text = render_state(node, delay_ms=delay_ms, init_error=init_error, hang=hang, errors=errors)
+    text = render_state(
+        node,
+        delay_ms=delay_ms,
+        init_error=init_error,
+        hang=hang,
+        errors=errors,
+        node_errors=node_errors,
+    )
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -365,3 +380,12 @@ def write_state(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def call_count(library: ctypes.CDLL, function: str) -> int:
+    """How often the loaded fake was asked `function` (its C name) since it was loaded: what
+    proves that a reading NVML refused is not asked again."""
+    count = library.fakeNvmlCallCount
+    count.restype = ctypes.c_ulonglong
+    count.argtypes = [ctypes.c_char_p]
+    return int(count(function.encode()))

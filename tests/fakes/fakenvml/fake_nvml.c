@@ -23,6 +23,9 @@
  *                                      lock, until a rewrite says `hang 0` (a driver stuck in
  *                                      the kernel); the call then goes on as usual
  *   init_error <code>                  nvmlInit fails with this nvmlReturn_t
+ *   error <nvml function name> <code>  before any `device` line: a node-wide function
+ *                                      (nvmlDeviceGetCount_v2, nvmlSystemGetDriverVersion)
+ *                                      returns <code>
  *
  * `device <index>` opens a GPU block (indexes 0, 1, 2, ... in order); the lines after it
  * describe that GPU:
@@ -83,6 +86,10 @@
  * list that it has not delivered yet (a set starts at the beginning of the list, so Xids
  * already in the file when the GPU is registered are delivered too). If a rewrite shortens
  * the list, the set's position is clamped to the new length.
+ *
+ * Every call is counted per function (whatever it answers): fakeNvmlCallCount("nvmlDevice...")
+ * returns how often that function was entered since the library was loaded, so a test can
+ * prove a function is not asked again.
  *
  * A missing or unreadable state file makes nvmlInit fail with DRIVER_NOT_LOADED (9); a
  * malformed one with UNKNOWN (999). After init, a file that disappears or is malformed
@@ -274,6 +281,8 @@ typedef struct {
     unsigned delay_ms;
     int hang;
     int init_error;
+    unsigned nerror;
+    override_t error[MAX_ERRORS]; /* node-wide functions' overrides */
     unsigned count;
     gpu_t dev[MAX_GPUS];
 } state_t;
@@ -296,6 +305,11 @@ static state_t g_state, g_tmp;
 static evset_t g_sets[MAX_SETS];
 static int g_refcount;
 static char g_path[4096];
+#define MAX_COUNTED 256
+static struct {
+    char fn[64];
+    unsigned long long calls;
+} g_calls[MAX_COUNTED];
 static struct {
     long long mtime_ns;
     long long size;
@@ -377,6 +391,12 @@ static int parse_state(const char *path, state_t *out) {
                 rc = parse_error(path, line, "device <index>: indexes 0, 1, ... (at most 64)");
             else
                 g = &out->dev[out->count++];
+        } else if (!g && !strcmp(key, "error")) {
+            override_t *e = &out->error[out->nerror];
+            if (out->nerror >= MAX_ERRORS || sscanf(rest, "%63s %i", e->fn, &e->code) != 2)
+                rc = parse_error(path, line, "error <function> <code> (at most 48 node-wide)");
+            else
+                out->nerror++;
         } else if (!g) {
             rc = parse_error(path, line, "unknown node line, or device line before `device`");
         } else if (!strcmp(key, "uuid")) {
@@ -530,11 +550,36 @@ static void reload_if_changed(void) {
 
 /* ---- call entry and handles ---- */
 
-/* Lock, require init, pick up a rewritten state file, wait out `hang` and apply delay_ms. On
- * NVML_SUCCESS the lock is held; hangs and delays are slept without it so that other threads'
- * calls (and a test rewriting the file) are not held up by the fake's own lock. */
-static nvmlReturn_t enter(void) {
+/* Counts a call of `fn` (under the lock). */
+static void count_call(const char *fn) {
+    for (int i = 0; i < MAX_COUNTED; i++) {
+        if (g_calls[i].fn[0] == '\0')
+            copy_str(g_calls[i].fn, sizeof(g_calls[i].fn), fn);
+        if (!strcmp(g_calls[i].fn, fn)) {
+            g_calls[i].calls++;
+            return;
+        }
+    }
+}
+
+/* How often `fn` was entered since the library was loaded (for tests; not an NVML function). */
+API unsigned long long fakeNvmlCallCount(const char *fn) {
+    unsigned long long calls = 0;
     pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < MAX_COUNTED && g_calls[i].fn[0]; i++)
+        if (!strcmp(g_calls[i].fn, fn))
+            calls = g_calls[i].calls;
+    pthread_mutex_unlock(&g_lock);
+    return calls;
+}
+
+/* Lock, count the call, require init, pick up a rewritten state file, wait out `hang` and
+ * apply delay_ms. On NVML_SUCCESS the lock is held; hangs and delays are slept without it so
+ * that other threads' calls (and a test rewriting the file) are not held up by the fake's own
+ * lock. */
+static nvmlReturn_t enter(const char *fn) {
+    pthread_mutex_lock(&g_lock);
+    count_call(fn);
     if (g_refcount == 0) {
         pthread_mutex_unlock(&g_lock);
         return NVML_ERROR_UNINITIALIZED;
@@ -566,7 +611,7 @@ static nvmlReturn_t enter(void) {
 
 #define ENTER()                         \
     do {                                \
-        nvmlReturn_t enter_rc = enter(); \
+        nvmlReturn_t enter_rc = enter(__func__); \
         if (enter_rc != NVML_SUCCESS)   \
             return enter_rc;            \
     } while (0)
@@ -585,11 +630,15 @@ typedef struct {
 
 enum { GPU_ONLY = 0, MIG_OK = 1 };
 
-static int override(const gpu_t *g, const char *fn) {
-    for (unsigned i = 0; i < g->nerror; i++)
-        if (!strcmp(g->error[i].fn, fn))
-            return g->error[i].code;
+static int find_override(const override_t *errors, unsigned n, const char *fn) {
+    for (unsigned i = 0; i < n; i++)
+        if (!strcmp(errors[i].fn, fn))
+            return errors[i].code;
     return NVML_SUCCESS;
+}
+
+static int override(const gpu_t *g, const char *fn) {
+    return find_override(g->error, g->nerror, fn);
 }
 
 /* Finds what a handle points at, then applies, in order: lost GPU, the state file's error
@@ -732,6 +781,9 @@ API const char *nvmlErrorString(nvmlReturn_t result) {
 
 API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
     ENTER();
+    int rc = find_override(g_state.error, g_state.nerror, __func__);
+    if (rc != NVML_SUCCESS)
+        LEAVE(rc);
     LEAVE(put_str(version, length, g_state.driver));
 }
 
@@ -746,6 +798,9 @@ API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
     ENTER();
     if (!count)
         LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    int rc = find_override(g_state.error, g_state.nerror, __func__);
+    if (rc != NVML_SUCCESS)
+        LEAVE(rc);
     *count = g_state.count;
     LEAVE(NVML_SUCCESS);
 }
@@ -992,7 +1047,7 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *device, unsigned errorType,
 static nvmlReturn_t codec_utilization(void *device, const char *fn, int encoder,
                                       unsigned *utilization, unsigned *samplingPeriodUs) {
     target_t t;
-    nvmlReturn_t rc = enter();
+    nvmlReturn_t rc = enter(fn);
     if (rc != NVML_SUCCESS)
         return rc;
     rc = resolve(device, fn, GPU_ONLY, &t);
