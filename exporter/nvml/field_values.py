@@ -123,11 +123,12 @@ class FieldReader:
         return self._totals[key]
 
     def forget(self, uuids: set[str]) -> None:
-        """Drop what is known of GPUs no longer discovered."""
-        self._links = {u: n for u, n in self._links.items() if u in uuids}
-        self._unsupported = {k for k in self._unsupported if k[0] in uuids}
-        self._last_raw = {k: v for k, v in self._last_raw.items() if k[0] in uuids}
-        self._totals = {k: v for k, v in self._totals.items() if k[0] in uuids}
+        """Drop what is known of the GPUs named (no longer discovered): a GPU back under one of
+        these uuids is asked everything afresh and its counters start from NVML's reading."""
+        self._links = {u: n for u, n in self._links.items() if u not in uuids}
+        self._unsupported = {k for k in self._unsupported if k[0] not in uuids}
+        self._last_raw = {k: v for k, v in self._last_raw.items() if k[0] not in uuids}
+        self._totals = {k: v for k, v in self._totals.items() if k[0] not in uuids}
 
 
 def _raw(answer: Any) -> int | float:

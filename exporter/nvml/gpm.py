@@ -126,14 +126,16 @@ class GpmReader:
         device.values = kept
         return values, failed
 
-    def keep(self, uuids: set[str]) -> None:
-        """Free the samples of devices no longer discovered (MIG repartitioned, GPU gone)."""
-        for uuid in set(self._devices) - uuids:
+    def forget(self, uuids: set[str]) -> None:
+        """Free the samples of the devices named (MIG repartitioned, GPU gone) and forget
+        whether those GPUs have GPM."""
+        for uuid in uuids & set(self._devices):
             self._free(self._devices.pop(uuid))
+        for uuid in uuids & set(self._supported):
+            del self._supported[uuid]
 
     def close(self) -> None:
-        self.keep(set())
-        self._supported.clear()
+        self.forget(set(self._devices) | set(self._supported))
 
     @staticmethod
     def _free(device: _Device) -> None:

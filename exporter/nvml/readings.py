@@ -177,6 +177,11 @@ class ProcessReader:
             self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), int(sample.timeStamp))
         return {pid: sum(v) / len(v) for pid, v in per_pid.items()}
 
+    def forget(self, uuids: set[str]) -> None:
+        """Drop the newest sample time of the devices named (no longer discovered)."""
+        for uuid in uuids & set(self._last_seen):
+            del self._last_seen[uuid]
+
 
 Reader = Callable[[Any, DriverFeatures], Values]
 

@@ -86,13 +86,11 @@ class NvmlSampler:
         self._driver_version = ""
         self._devices: tuple[Device, ...] = ()
         self._discovered_at = 0.0
-        self._features = DriverFeatures()
-        self._process_reader = ProcessReader()
-        self._fields = FieldReader()
+        self._count_failing = False  # the device count failed at the last rediscovery
         self._gpm = gpm or GpmReader()
         self._host_pid_namespace = in_host_pid_namespace()
-        self._unsupported: set[tuple[str, str]] = set()  # (uuid, row key) NVML refused
         self._session_codes: Counter[str] = Counter()  # uuid → session codes this cycle
+        self._new_session()
         self._xids: XidWatcher | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -118,7 +116,7 @@ class NvmlSampler:
             self._shutdown_quietly()
             return False
         self._initialised = True
-        self._fields = FieldReader()  # a reloaded driver restarts its counters
+        self._new_session()
         self._backoff = BACKOFF_START_SECONDS
         self._discovered_at = now
         log.info(
@@ -131,6 +129,15 @@ class NvmlSampler:
             self._xids = XidWatcher(self._devices)
             self._xids.start()
         return True
+
+    def _new_session(self) -> None:
+        """Forget what the previous driver session taught: a reloaded (maybe upgraded) driver
+        may answer what the old one refused, has its own entry points, and restarts its
+        counters. Within a session this is kept per device uuid across rediscovery."""
+        self._features = DriverFeatures()
+        self._process_reader = ProcessReader()
+        self._fields = FieldReader()
+        self._unsupported: set[tuple[str, str]] = set()  # (uuid, row key) NVML refused
 
     def _shutdown_quietly(self) -> None:
         with contextlib.suppress(pynvml.NVMLError):
@@ -196,27 +203,54 @@ class NvmlSampler:
         except pynvml.NVMLError as exc:
             if exc.value in SESSION_ERRORS:
                 raise _SessionLost from exc
+            # Not a session code: no proof the session is gone, but a failure all the same.
+            errors[error_kind(exc)] += 1
+            log.warning("nvmlDeviceGetCount failed while judging session codes: %s", exc)
         errors["session"] += self._session_codes.total()
 
     def _maybe_rediscover(self, errors: Counter[str]) -> None:
-        """Pick up MIG repartitioning and replaced GPUs without restarting the exporter."""
+        """Pick up MIG repartitioning and replaced GPUs without restarting the exporter.
+
+        What is known of each device (readings NVML refused, counters' sums, GPM samples) is
+        kept for the devices still there and dropped for those gone. When discovery itself
+        fails, the last known devices are sampled and discovery is tried again every cycle,
+        each failure counted by its kind, until it succeeds.
+        """
         now = self._clock()
         if now - self._discovered_at < self._rediscover_seconds:
             return
+        before = _uuids(self._devices)
         try:
             self._devices = discover(self._devices)
-            self._unsupported.clear()
-            uuids = {d.identity.uuid for gpu in self._devices for d in (gpu, *gpu.children)}
-            self._gpm.keep(uuids)
-            self._fields.forget(uuids)
         except pynvml.NVMLError as exc:
             if exc.value in SESSION_ERRORS:
                 raise _SessionLost from exc
             errors[error_kind(exc)] += 1
-            log.warning("NVML rediscovery failed, keeping the known devices: %s", exc)
+            if not self._count_failing:
+                log.warning(
+                    "NVML rediscovery failed, sampling the %d known GPU(s) and retrying every "
+                    "cycle: %s",
+                    len(self._devices),
+                    exc,
+                )
+            self._count_failing = True
+            return
+        if self._count_failing:
+            log.info("NVML rediscovery works again: %d GPU(s)", len(self._devices))
+        self._count_failing = False
         self._discovered_at = now
+        self._forget(before - _uuids(self._devices))
         if self._xids is not None:
             self._xids.watch(self._devices)
+
+    def _forget(self, gone: set[str]) -> None:
+        """Drop what is known of the devices no longer discovered, and only of those."""
+        if not gone:
+            return
+        self._unsupported = {k for k in self._unsupported if k[0] not in gone}
+        self._gpm.forget(gone)
+        self._fields.forget(gone)
+        self._process_reader.forget(gone)
 
     def _sample_gpu(
         self, device: Device, errors: Counter[str], xid_counts: dict[str, dict[int, int]]
@@ -286,6 +320,10 @@ class NvmlSampler:
     def _processes(
         self, device: Device, with_utilization: bool, errors: Counter[str]
     ) -> tuple[ProcessSample, ...] | None:
+        if self._host_pid_namespace is False:
+            # NVML lists only this PID namespace's processes: none of the workloads', so an
+            # empty list would read as an idle device. Unknown, not none.
+            return None
         uuid = device.identity.uuid
         return self._optional(
             device,
@@ -336,3 +374,8 @@ class NvmlSampler:
             return
         errors[error_kind(exc)] += 1
         log.debug("%s: reading %s failed: %s", uuid, reader, exc)
+
+
+def _uuids(devices: tuple[Device, ...]) -> set[str]:
+    """Every GPU's and MIG instance's uuid."""
+    return {d.identity.uuid for gpu in devices for d in (gpu, *gpu.children)}

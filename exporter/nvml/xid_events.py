@@ -41,16 +41,29 @@ class XidWatcher:
         self.watch(devices)
 
     def watch(self, devices: tuple[Device, ...]) -> None:
-        """Register every GPU not registered yet (a new set is not needed after rediscovery)."""
+        """Register every GPU not registered yet (a new set is not needed after rediscovery).
+
+        NVML hands the GPU at an index the same handle whichever GPU it is, so a handle
+        registered before is bound to the uuid discovered now: a replaced GPU's events count
+        under its own uuid. The counts of GPUs no longer discovered are dropped.
+        """
         try:
             if self._set is None:
                 self._set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as exc:
             log.warning("Xid events unavailable: %s", exc)
             return
+        present = {d.identity.uuid for d in devices}
+        with self._lock:
+            for uuid in set(self._counts) - present:
+                del self._counts[uuid]
         for device in devices:
             address = _address(device.handle) if device.handle is not None else 0
-            if not address or address in self._by_address:
+            if not address:
+                continue
+            if address in self._by_address:
+                with self._lock:
+                    self._by_address[address] = device.identity.uuid
                 continue
             try:
                 supported = pynvml.nvmlDeviceGetSupportedEventTypes(device.handle)
