@@ -189,6 +189,7 @@ class PodResourcesClient:
                     deadline,
                 )
                 allocatable = parse_allocatable(answer, self._wanted)
+                self._allocatable_refusal = None  # answered: a later refusal is news again
             except grpc.aio.AioRpcError as err:
                 if err.code() in _TRANSPORT_FAILURES:
                     raise
@@ -220,6 +221,10 @@ class PodResourcesWatcher:
     may be gone, and series attributed to a pod that no longer exists are a defect, whereas
     missing attribution is only a gap.
 
+    The age is measured on `clock`, a monotonic clock: a wall-clock step (NTP, a VM resumed)
+    must neither withhold a fresh listing nor pass off an old one. `last_success` is the wall
+    time of the last success, for the metric that exposes it.
+
     `stop()` does not close the source; whoever created the client closes it.
     """
 
@@ -230,14 +235,17 @@ class PodResourcesWatcher:
         self,
         client: ListingSource,
         interval: float,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
         self.interval = interval
         self._clock = clock
+        self._wall_clock = wall_clock
         self._listing: Listing | None = None
+        self._listed_at = 0.0  # on `clock`
         self.up = False
-        self.last_success = 0.0
+        self.last_success = 0.0  # on `wall_clock`: a Unix timestamp
         self.errors_total: Counter[str] = Counter({kind: 0 for kind in POD_RESOURCES_ERROR_KINDS})
         self._failing: PodResourcesErrorKind | None = None
         self._failures = 0
@@ -248,7 +256,7 @@ class PodResourcesWatcher:
         """The last good listing, or None if there was none or it is too old to trust."""
         if self._listing is None:
             return None
-        if self._clock() - self.last_success > self.STALE_AFTER_INTERVALS * self.interval:
+        if self._clock() - self._listed_at > self.STALE_AFTER_INTERVALS * self.interval:
             return None
         return self._listing
 
@@ -273,7 +281,8 @@ class PodResourcesWatcher:
             self._failed("other", f"{type(err).__name__}: {err}", traceback=True)
             return False
         self._listing = listing
-        self.last_success = self._clock()
+        self._listed_at = self._clock()
+        self.last_success = self._wall_clock()
         self.up = True
         if self._failing is not None:
             log.info("kubelet pod-resources recovered after %d failed tries", self._failures)

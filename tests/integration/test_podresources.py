@@ -480,7 +480,9 @@ async def test_stale_listing_is_withheld_after_three_intervals(
     kubelet: FakeKubelet, client: PodResourcesClient
 ) -> None:
     now = [1000.0]
-    watcher = PodResourcesWatcher(client, interval=INTERVAL, clock=lambda: now[0])
+    watcher = PodResourcesWatcher(
+        client, interval=INTERVAL, clock=lambda: now[0], wall_clock=lambda: now[0]
+    )
     kubelet.pods = [pod("ml", "p", container("c", devices("nvidia.com/gpu", "GPU-a")))]
     kubelet.start()
     watcher.start()
