@@ -13,9 +13,14 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from fakenvml import SOURCE, UNSUPPORTED_FUNCTIONS, render_state
+from fakenvml import SOURCE, UNSUPPORTED_FUNCTIONS, render_state, write_state
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.exporter.nvml.readings import READERS, ProcessReader, read_clock_events
+from kube_gpu_exporter.exporter.nvml.readings import (
+    READERS,
+    DriverFeatures,
+    ProcessReader,
+    read_clock_events,
+)
 from kube_gpu_exporter.exporter.readings_batched import NVLINK_BYTES, NVLINK_ERRORS
 from kube_gpu_exporter.exporter.readings_table import (
     CLOCK_EVENTS,
@@ -93,7 +98,6 @@ def test_every_row_has_a_reader() -> None:
         CLOCK_EVENTS.key: Shape.REASONS,
         PROCESSES.key: Shape.PROCESSES,
     }
-    assert callable(read_clock_events) and callable(ProcessReader().read)
 
 
 def test_every_row_applies_to_whole_gpus() -> None:
@@ -172,3 +176,67 @@ def test_per_link_values_are_asked_per_link_and_not_without_nvlink() -> None:
     assert len(tx.entries(18)) == 18 and len(crc.entries(18)) == 12
     assert crc.entries(18)[-1].field_id == pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L11
     assert tx.entries(0) == crc.entries(0) == ()
+
+
+# One GPU with a known value for every reading the per-call readers ask NVML for, in the
+# scenario's units; the expected values below are the same figures in base units, written out.
+KNOWN = Scenario.parse(
+    """
+devices:
+  - power_limit_watts: 400
+    energy_joules: 1234.5
+    memory_total_bytes: 80GiB
+    memory_reserved_bytes: 512MiB
+    readings: {utilization: 0.42, memory_bandwidth_utilization: 0.17, memory_used_bytes: 3GiB,
+               temperature_celsius: 61, power_watts: 250.5, sm_clock_mhz: 1500,
+               memory_clock_mhz: 2619, ecc_corrected: 7, ecc_uncorrected: 2,
+               encoder_utilization: 0.2, decoder_utilization: 0.3,
+               clock_events: [sw_thermal_slowdown, hw_slowdown]}
+    processes:
+      - {pid: 4100, used_memory_bytes: 1GiB, sm_utilization: 0.3}
+      - {pid: 4200, used_memory_bytes: 2GiB, sm_utilization: 0.1}
+"""
+)
+EXPECTED = {
+    c.UTILIZATION: 0.42,
+    c.MEMORY_BANDWIDTH_UTILIZATION: 0.17,
+    c.MEMORY_USED: 3 * 2**30,
+    c.MEMORY_TOTAL: 80 * 2**30,
+    c.MEMORY_RESERVED: 512 * 2**20,
+    c.TEMPERATURE: 61.0,
+    c.POWER: 250.5,
+    c.POWER_LIMIT: 400.0,
+    c.ENERGY: 1234.5,
+    c.SM_CLOCK: 1.5e9,
+    c.MEMORY_CLOCK: 2.619e9,
+    c.ECC_CORRECTED: 7.0,
+    c.ECC_UNCORRECTED: 2.0,
+    c.ENCODER_UTILIZATION: 0.2,
+    c.DECODER_UTILIZATION: 0.3,
+}
+
+
+def test_each_reader_returns_its_rows_metrics_in_base_units(nvml_state: Path) -> None:
+    """Every per-call reader, over the real pynvml and the fake libnvidia-ml, gives exactly
+    its row's metrics with the scenario's values in base units (MHz → Hz, mW → W, mJ → J,
+    percent → ratio); the clock-event and process readers give the reasons and processes."""
+    write_state(nvml_state, KNOWN.state_at(0))
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    uuid = pynvml.nvmlDeviceGetUUID(handle)
+    read = {}
+    for key, reader in READERS.items():
+        values = reader(handle, DriverFeatures())
+        assert set(values) == {m.name for m in ROWS[key].metrics}, key
+        read |= values
+    expected = {metric.name: value for metric, value in EXPECTED.items()}
+    assert read == pytest.approx(expected, rel=1e-6)
+
+    assert read_clock_events(handle, DriverFeatures()) == {"sw_thermal_slowdown", "hw_slowdown"}
+    processes = ProcessReader().read(uuid, handle, with_utilization=True)
+    assert [(p.pid, p.used_memory_bytes) for p in processes] == [
+        (4100, 2**30),
+        (4200, 2 * 2**30),
+    ]
+    assert [p.sm_utilization for p in processes] == pytest.approx([0.3, 0.1])
+    assert [p.sm_utilization for p in ProcessReader().read(uuid, handle, False)] == [None, None]
