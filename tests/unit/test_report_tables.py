@@ -15,7 +15,7 @@ from kube_gpu_exporter.exporter.report.period import parse_since
 from kube_gpu_exporter.exporter.report.prometheus_api import Sample
 from kube_gpu_exporter.exporter.report.queries import ReportQueries
 from kube_gpu_exporter.exporter.report.tables import namespaces, pending
-from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.config import Config, parse_config
 
 RQ = ReportQueries(Config(), parse_since("7d", now=1_000_000_000))
 
@@ -25,23 +25,55 @@ def _ns(values: dict[str, float]) -> list[Sample]:
 
 
 def test_namespaces_busy_idle_and_cost_sorted_by_cost() -> None:
+    """At the thresholds file's price (3.20 EUR a GPU-hour, not the default 2.50 USD), 10 idle
+    GPU-hours cost 32.00 and 24 cost 76.80."""
+    priced = ReportQueries(
+        parse_config("cost: {gpu_hour: 3.2, currency: EUR}\n"), parse_since("7d", now=1e9)
+    )
     results = Results(
         instant={
             "namespace_allocated": _ns({"ml": 100.0, "notebooks": 24.0, "quiet": 10.0}),
             "namespace_idle": _ns({"ml": 10.0, "notebooks": 24.0}),  # quiet: none recorded
         }
     )
-    table = namespaces(RQ, results)
-    assert [r["namespace"] for r in table.records()] == ["notebooks", "ml", "quiet"]
-    ml = table.records()[1]
-    assert (ml["busy_gpu_hours"], ml["idle_gpu_hours"], ml["idle_percent"]) == (90.0, 10.0, 10.0)
-    assert ml["idle_cost"] == 10.0 * Config().cost.gpu_hour
-    assert table.records()[2]["idle_cost"] == 0.0
+    table = namespaces(priced, results)
+    assert table.records() == [
+        {
+            "namespace": "notebooks",
+            "allocated_gpu_hours": 24.0,
+            "busy_gpu_hours": 0.0,
+            "idle_gpu_hours": 24.0,
+            "idle_percent": 100.0,
+            "idle_cost": 76.8,
+        },
+        {
+            "namespace": "ml",
+            "allocated_gpu_hours": 100.0,
+            "busy_gpu_hours": 90.0,
+            "idle_gpu_hours": 10.0,
+            "idle_percent": 10.0,
+            "idle_cost": 32.0,
+        },
+        {
+            "namespace": "quiet",
+            "allocated_gpu_hours": 10.0,
+            "busy_gpu_hours": 10.0,
+            "idle_gpu_hours": 0.0,
+            "idle_percent": 0.0,
+            "idle_cost": 0.0,
+        },
+    ]
+    assert [column.title for column in table.columns][-1] == "Idle cost (EUR)"
+    assert "Cost at 3.2 EUR per GPU-hour" in (table.note or "")
 
 
 def test_a_number_is_rounded_once_and_shown_as_kept() -> None:
     column = Column("h", "Hours", 2)
     assert column.cell(1.23456) == 1.23
+    # Halves that binary floating point holds exactly go to the even digit: 0.125 → 0.12 (half
+    # up would give 0.13), 0.375 → 0.38, 2.5 → 2 and 3.5 → 4 with no decimals.
+    assert [column.cell(v) for v in (0.125, 0.375, -0.125)] == [0.12, 0.38, -0.12]
+    assert [Column("n", "N", 0).cell(v) for v in (2.5, 3.5, 0.5)] == [2.0, 4.0, 0.0]
     assert column.cell(-0.0001) == 0.0 and column.show(column.cell(-0.0001)) == "0.00"
     assert column.cell(float("nan")) is None and column.show(None) == "—"
     assert Column("name", "Name").cell("ml") == "ml"
@@ -57,7 +89,7 @@ def _report() -> Report:
         "ns",
         "Namespaces",
         (Column("namespace", "NS"), Column("h", "H", 2)),
-        [("ml", 1.005), ("a,b", 2.0)],
+        [("ml", 0.125), ("a,b", 0.375)],
     )
     return Report("t", "http://p", "7d", 0, 1, 60, None, (), "USD", 2.5, 0.7, (table,), ())
 
@@ -69,8 +101,8 @@ def test_csv_is_one_file_per_table_with_the_html_text(tmp_path: Path) -> None:
     (written,) = write(report, str(out), "csv")
     assert list(csv.reader(io.StringIO(written.read_text()))) == [
         ["namespace", "h"],
-        ["ml", "1.00"],  # round half to even, once, as the JSON
-        ["a,b", "2.00"],
+        ["ml", "0.12"],  # exact halves to the even digit, rounded once, as in the JSON
+        ["a,b", "0.38"],
     ]
     assert as_csv(report.tables[0]) == written.read_text()
 
@@ -79,8 +111,8 @@ def test_json_carries_the_rounded_numbers(tmp_path: Path) -> None:
     (written,) = write(_report(), str(tmp_path / "r.json"), "json")
     data = json.loads(written.read_text())
     assert data["tables"]["ns"]["rows"] == [
-        {"namespace": "ml", "h": 1.0},
-        {"namespace": "a,b", "h": 2.0},
+        {"namespace": "ml", "h": 0.12},
+        {"namespace": "a,b", "h": 0.38},
     ]
     assert data["cost"] == {"gpu_hour": 2.5, "currency": "USD"}
 
