@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kube_gpu_exporter.exporter.units import parse_port
+from kube_gpu_exporter.exporter.units import parse_host, parse_port
 
 if TYPE_CHECKING:
     from kube_gpu_exporter.demo.stack import Stack
@@ -82,7 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "shortened for the demo)",
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="address every part listens on (default 127.0.0.1)"
+        "--host",
+        type=_host,
+        default="127.0.0.1",
+        help="address every part listens on: an IPv4 address or a host name (default 127.0.0.1)",
     )
     for part, port in PORTS.items():
         parser.add_argument(
@@ -123,6 +126,20 @@ def _seconds(value: str) -> float:
     if not 0 <= seconds <= 86400:
         raise argparse.ArgumentTypeError(f"{value}: out of range 0–86400 seconds")
     return seconds
+
+
+def _host(value: str) -> str:
+    """The listen host of every part, checked as the listen flags check theirs (units.py); the
+    demo writes `host:port` into its parts' flags and URLs, so an IPv6 address cannot be one."""
+    try:
+        host = parse_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not host or ":" in host:
+        raise argparse.ArgumentTypeError(
+            f"the demo needs an IPv4 address or a host name: {value!r}"
+        )
+    return host
 
 
 def _port(value: str) -> int:

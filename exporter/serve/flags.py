@@ -9,13 +9,19 @@ status 2 (argparse's error, which the CLI's parser keeps to one line).
 from __future__ import annotations
 
 import argparse
-import ipaddress
+import math
 import re
 from collections.abc import Callable
 
 from kube_gpu_exporter.exporter.input_errors import one_line, quoted
 from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS
-from kube_gpu_exporter.exporter.units import OutOfRange, parse_duration, parse_int, parse_port
+from kube_gpu_exporter.exporter.units import (
+    NotAnAddress,
+    OutOfRange,
+    parse_duration,
+    parse_int,
+    parse_listen_address,
+)
 
 MIN_INTERVAL = 0.1  # seconds: --collector.interval, --kubelet.interval
 MAX_DURATION = 86400.0  # seconds: every duration flag
@@ -28,30 +34,24 @@ _URL_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
 
 
 def listen_address(value: str) -> tuple[str, int]:
-    """`host:port`, `:port` or `[v6]:port` → (host, port); an empty host means every address."""
-    host, sep, port_text = value.rpartition(":")
-    port: int | None = None
+    """`host:port`, `:port` or `[v6]:port` → (host, port); an empty host means every address.
+    Brackets must pair and hold an IPv6 address, as Go's exporters require (units.py)."""
     try:
-        port = parse_port(port_text) if sep else None
-    except OutOfRange as exc:  # the port is the problem, not the shape
-        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}: {exc}") from None
-    except ValueError:
-        pass
-    if port is None:
-        raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)} (use host:port)")
-    host = host.removeprefix("[").removesuffix("]")
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a listen address: {quoted(value)}") from None
-    return host, port
+        return parse_listen_address(value)
+    except (NotAnAddress, OutOfRange) as exc:
+        reason = str(exc)
+        sep = " " if reason.startswith("(") else ": "
+        raise argparse.ArgumentTypeError(
+            f"not a listen address: {quoted(value)}{sep}{reason}"
+        ) from None
 
 
 def positive_duration(value: str) -> float:
     """A duration above 0 and at most a day (a thread's wait overflows on 1e400 seconds)."""
     try:
         seconds = parse_duration(value)
+    except OutOfRange:
+        seconds = math.inf  # beyond any float: beyond a day too
     except ValueError as exc:
         raise argparse.ArgumentTypeError(one_line(str(exc))) from None
     if seconds <= 0:

@@ -13,6 +13,7 @@ readings table (exporter/readings_table.py), as do the names the evaluated state
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic import (
     Field,
     ValidationError,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -71,8 +73,43 @@ ReadingKey = Annotated[str, Field(pattern="^(" + "|".join(READING_KEYS) + ")$")]
 FIELDS: dict[str, ScenarioField] = {f.name: f for row in READINGS for f in row.fields}
 
 
+# Every number of a scenario ends as a float sample: beyond 2**53 a float no longer holds
+# every whole number, and YAML reads .inf, .nan and 400-digit integers without complaint
+# (one in memory_total_bytes started the exporter and then failed every cycle).
+MAX_NUMBER = 2**53
+# Time-slicing replicas of one GPU: the demo's kubelet lists one device id per replica.
+MAX_REPLICAS = 1024
+
+
+def _check_numbers(value: Any) -> None:
+    """Raise ValueError for a number, anywhere in a field's value, that is not finite or is
+    beyond ±MAX_NUMBER (lists and mappings, keys included, are looked into)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        # abs() first: math.isfinite() cannot take an int beyond a float's range
+        if abs(value) > MAX_NUMBER or not math.isfinite(value):
+            raise ValueError(f"must be a finite number within ±2**53 ({MAX_NUMBER})")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_numbers(key)
+            _check_numbers(item)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _check_numbers(item)
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every scenario model: unknown keys refused, and every number finite and within 2**53,
+    whichever field holds it (a new field needs no bound of its own to be safe)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_within_reason(cls, value: Any) -> Any:
+        _check_numbers(value)
+        return value
 
 
 def _annotation(value: ScenarioField) -> Any:
@@ -168,7 +205,7 @@ class KubeletSpec(_Model):
     by the exporter. `replicas` maps a device index to its time-slicing replica count."""
 
     pods: list[PodSpec] = []
-    replicas: dict[int, Annotated[int, Field(ge=2)]] = {}
+    replicas: dict[int, Annotated[int, Field(ge=2, le=MAX_REPLICAS)]] = {}
 
 
 class ScenarioSpec(_Model):
