@@ -82,26 +82,29 @@ def attribute(
     resolver = DeviceResolver(d.identity for d in devices)
     holdings: dict[str, _Holding] = {}
     identities: dict[str, DeviceIdentity] = {}
-    unmapped: Counter[str] = Counter()
-    # (holder, resource, device id, shared by construction) for device plugins and DRA alike.
-    claims: list[tuple[Holder, str, str | None, bool]] = []
+    unmapped: set[tuple[str, str]] = set()  # (resource, id): each id once, held or advertised
+    # (holder, resource, raw id, device id, shared by construction) for device plugins and
+    # DRA alike.
+    claims: list[tuple[Holder, str, str, str | None, bool]] = []
     for alloc in listing.allocations:
         holder = Holder(alloc.namespace, alloc.pod, alloc.container)
         for raw in alloc.device_ids:
             ref = parse_device_id(raw)
             renamed = alloc.resource.endswith(".shared")
-            claims.append((holder, alloc.resource, ref.base, ref.replica is not None or renamed))
+            shared = ref.replica is not None or renamed
+            claims.append((holder, alloc.resource, raw, ref.base, shared))
     for dra in listing.dra:
         if dra.driver == c.NVIDIA_DRA_DRIVER:
             # A DRA device is named by pool and device; its ResourceSlice gives the uuid.
             holder = Holder(dra.namespace, dra.pod, dra.container)
             uuid = directory.dra_device_uuid(dra.pool, dra.device)
-            claims.append((holder, f"dra/{dra.driver}", uuid, dra.share_id is not None))
+            raw = f"{dra.pool}/{dra.device}/{dra.share_id or ''}"
+            claims.append((holder, f"dra/{dra.driver}", raw, uuid, dra.share_id is not None))
     resolved: list[tuple[Holder, str, DeviceIdentity]] = []
-    for holder, resource, device_id, replicated in claims:
+    for holder, resource, raw, device_id, replicated in claims:
         device = resolver.resolve(device_id) if device_id else None
         if device is None:
-            unmapped[resource] += 1
+            unmapped.add((resource, raw))
             continue
         resolved.append((holder, resource, device))
         holding = holdings.setdefault(device.uuid, _Holding())
@@ -135,11 +138,13 @@ def attribute(
     # What the exporter attributes is what it counts: ids that name no device and pods that
     # are no longer running are not allocated devices (the former are `unmapped`).
     allocated: Counter[str] = Counter(r for h, r, _ in resolved if h in running_pods)
+    for resource, ids in (listing.allocatable or {}).items():
+        unmapped.update((resource, i) for i in ids if resolver.gpu_of(i) is None)
     return AttributionSample(
         tuple(allocations),
         tuple(usage),
         _capacity(devices, listing, resolver, allocations, allocated),
-        dict(unmapped),
+        dict(Counter(resource for resource, _ in unmapped)),
     )
 
 
@@ -171,9 +176,15 @@ def _capacity(
     ]
     counts: dict[str, int] | None = None
     if listing.allocatable is not None:
-        # A kubelet that advertises no GPU resource at all (the device plugin is gone) says
-        # so with a 0, which is not the absence of a kubelet that cannot tell.
-        counts = {r: len(ids) for r, ids in sorted(listing.allocatable.items())}
+        # Advertised devices are counted as allocated ones are: the ids that name a device
+        # NVML sees (the others are `unmapped`), so allocated ÷ advertised reaches 1 on a full
+        # node, and an id naming no GPU cannot stand in for a GPU the plugin lost. A kubelet
+        # that advertises no GPU resource at all (the device plugin is gone) says so with a
+        # 0, which is not the absence of a kubelet that cannot tell.
+        counts = {
+            r: sum(resolver.gpu_of(i) is not None for i in ids)
+            for r, ids in sorted(listing.allocatable.items())
+        }
         counts = counts or {WHOLE_GPU_RESOURCE: 0}
     return Capacity(
         driver_gpus=len(whole_gpus),

@@ -40,8 +40,12 @@ COLLECTION_ERROR_KINDS: Final[tuple[str, ...]] = tuple(
     dict.fromkeys(("init", *NVML_ERROR_KINDS.values(), STALLED_ERROR_KIND, "other"))
 )
 
-# A failed call to the kubelet's pod-resources API, counted as `pod_resources_<kind>`.
-PodResourcesErrorKind = Literal["unavailable", "timeout", "too_large", "rate_limited", "other"]
+# A failed call to the kubelet's pod-resources API, counted as `pod_resources_<kind>`;
+# `allocatable_refused`: GetAllocatableResources alone refused, for another reason than an old
+# kubelet's (the allocations are still good, the advertised counts unknown).
+PodResourcesErrorKind = Literal[
+    "unavailable", "timeout", "too_large", "rate_limited", "allocatable_refused", "other"
+]
 POD_RESOURCES_ERROR_KINDS: Final[tuple[PodResourcesErrorKind, ...]] = get_args(
     PodResourcesErrorKind
 )

@@ -99,7 +99,8 @@ def _error_kinds(_: Config) -> str:
             _kinds(POD_RESOURCES_ERROR_KINDS, "pod_resources_"),
             "a call to the kubelet's pod-resources API failed: socket missing, refused or not "
             "permitted; `--kubelet.timeout` passed; an answer over the size limit; rate limited; "
-            "anything else",
+            "`GetAllocatableResources` alone refused for another reason than an old kubelet's "
+            "(the advertised counts are then absent); anything else",
             "while attribution is on",
         ),
         (

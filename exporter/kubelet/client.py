@@ -89,6 +89,13 @@ _TRANSPORT_FAILURES: Final = frozenset(
 )
 
 
+# What a kubelet that cannot list allocatable devices answers: UNIMPLEMENTED before 1.21,
+# UNKNOWN on 1.21–1.22 with the KubeletPodResourcesGetAllocatable gate off. Expected there;
+# any other refusal (PERMISSION_DENIED, INTERNAL, …) is a fault, counted as
+# `allocatable_refused`: it silences the advertised-device alerts.
+_CANNOT_TELL: Final = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNKNOWN})
+
+
 def _method(name: str) -> str:
     """The gRPC path of a PodResourcesLister method, as the descriptor defines it."""
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
@@ -134,7 +141,8 @@ class PodResourcesClient:
         code = err.code()
         if code is not self._allocatable_refusal:
             self._allocatable_refusal = code
-            log.info(
+            log.log(
+                logging.INFO if code in _CANNOT_TELL else logging.WARNING,
                 "kubelet cannot list allocatable devices (%s: %s); the advertised counts are "
                 "left out, attribution goes on",
                 code.name,
@@ -181,6 +189,7 @@ class PodResourcesClient:
                 deadline,
             )
             allocatable: Mapping[str, tuple[str, ...]] | None = None
+            refused = False
             try:
                 answer = await self._call(
                     "GetAllocatableResources",
@@ -194,6 +203,7 @@ class PodResourcesClient:
                 if err.code() in _TRANSPORT_FAILURES:
                     raise
                 self._allocatable_refused(err)
+                refused = err.code() not in _CANNOT_TELL
         except grpc.aio.AioRpcError as err:
             code, details = err.code(), err.details() or ""
             if code is grpc.StatusCode.UNAVAILABLE:
@@ -203,7 +213,7 @@ class PodResourcesClient:
                 message += f" (timeout {self.timeout:g}s)"
             raise PodResourcesError(classify(code, details), message) from None
         allocations, dra = parse_allocations(listed, self._wanted)
-        return Listing(allocations=allocations, dra=dra, allocatable=allocatable)
+        return Listing(allocations, dra, allocatable, allocatable_refused=refused)
 
 
 class ListingSource(Protocol):
@@ -280,6 +290,8 @@ class PodResourcesWatcher:
             # A bug, not a kubelet fault: keep its traceback, and keep the watcher running.
             self._failed("other", f"{type(err).__name__}: {err}", traceback=True)
             return False
+        if listing.allocatable_refused:
+            self.errors_total["allocatable_refused"] += 1
         self._listing = listing
         self._listed_at = self._clock()
         self.last_success = self._wall_clock()

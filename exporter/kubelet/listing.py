@@ -53,6 +53,9 @@ class Listing:
     # with the KubeletPodResourcesGetAllocatable feature gate off): only the advertised counts
     # are unknown then, attribution is not
     allocatable: Mapping[str, tuple[str, ...]] | None
+    # GetAllocatableResources refused for another reason than an old kubelet's (permission
+    # denied, an internal error): the counts are unknown too, but that is a fault to count
+    allocatable_refused: bool = False
 
 
 # An NVIDIA GPU or MIG uuid as the device plugin names devices (`GPU-…`, `MIG-…`, and the

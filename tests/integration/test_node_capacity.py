@@ -163,3 +163,26 @@ async def test_a_renamed_resource_is_attributed(kubelet: FakeKubelet) -> None:
     ]
     assert attr.capacity.advertised == {"nvidia.com/gpu-h100": 4}
     assert attr.capacity.allocated == {"nvidia.com/gpu-h100": 2}
+
+
+async def test_advertised_ids_that_name_no_gpu_are_unmapped_not_advertised(
+    kubelet: FakeKubelet,
+) -> None:
+    # The plugin advertises four ids, one of which names no GPU the driver sees (a GPU that
+    # fell off the bus, or an id scheme nobody can read); the three real GPUs are all held.
+    ghost = "GPU-deadbeef-0000-4000-8000-000000000000"
+    kubelet.allocatable = [devices("nvidia.com/gpu", GPU(0), GPU(1), GPU(6), ghost)]
+    kubelet.pods = [
+        pod("ml", name, container("c", devices("nvidia.com/gpu", GPU(i))))
+        for name, i in (("a", 0), ("b", 1), ("c", 6))
+    ]
+    attr = await attributed(kubelet)
+    # The node is full: allocated ÷ advertised is 1, the ghost id counted apart.
+    assert attr.capacity.advertised == {"nvidia.com/gpu": 3}
+    assert attr.capacity.allocated == {"nvidia.com/gpu": 3}
+    assert attr.unmapped == {"nvidia.com/gpu": 1}
+    # A held id that names no GPU and is advertised too is one unmapped id, not two.
+    kubelet.pods = [*kubelet.pods, pod("ml", "d", container("c", devices("nvidia.com/gpu", ghost)))]
+    attr = await attributed(kubelet)
+    assert attr.unmapped == {"nvidia.com/gpu": 1}
+    assert attr.capacity.allocated == {"nvidia.com/gpu": 3}

@@ -1,0 +1,69 @@
+"""A kubelet that refuses GetAllocatableResources: the advertised counts are unknown either
+way, but only an old kubelet's refusal is expected. Any other (PERMISSION_DENIED, INTERNAL)
+is a fault that silences GPUNotAdvertised, so it is counted where the user looks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kubelet_server import FakeKubelet, container, devices, pod
+from support import Samples, run_exporter, values, wait_until
+
+GPU0 = "GPU-00000000-0000-4000-8000-000000000000"
+SCENARIO = f"devices:\n  - uuid: {GPU0}\n"
+KIND = "pod_resources_allocatable_refused"
+
+
+@pytest.mark.parametrize(
+    ("code", "counted"),
+    [
+        (grpc.StatusCode.PERMISSION_DENIED, True),
+        (grpc.StatusCode.INTERNAL, True),
+        (grpc.StatusCode.FAILED_PRECONDITION, True),
+        (grpc.StatusCode.UNIMPLEMENTED, False),  # before 1.21: the kubelet cannot tell
+        (grpc.StatusCode.UNKNOWN, False),  # 1.21–1.22 with the feature gate off
+    ],
+)
+def test_a_refused_allocatable_listing_is_counted_unless_the_kubelet_is_old(
+    tmp_path: Path, code: grpc.StatusCode, counted: bool
+) -> None:
+    (tmp_path / "node.yaml").write_text(SCENARIO)
+    socket = tmp_path / "kubelet.sock"
+    args = [
+        "--simulate",
+        str(tmp_path / "node.yaml"),
+        "--collector.interval=0.3s",
+        f"--kubelet.pod-resources-socket={socket}",
+        "--kubelet.interval=0.3s",
+    ]
+    with FakeKubelet(socket) as kubelet:
+        kubelet.pods = [pod("ml", "train", container("c", devices("nvidia.com/gpu", GPU0)))]
+        kubelet.allocatable = [devices("nvidia.com/gpu", GPU0)]
+        kubelet.allocatable_error = (code, "refused by the test")
+        with run_exporter(args, tmp_path) as exporter:
+
+            def after_calls(n: int) -> Samples | None:
+                parsed = exporter.metrics()
+                done = kubelet.calls["GetAllocatableResources"] >= n
+                return parsed if done and values(parsed, "nvidia_gpu_allocation_info") else None
+
+            first = wait_until(lambda: after_calls(2), what="two allocatable listings")
+            more = kubelet.calls["GetAllocatableResources"] + 2
+            later = wait_until(lambda: after_calls(more), what="two more")
+            errors = "kube_gpu_exporter_collection_errors_total"
+            (before,) = values(first, errors, kind=KIND)
+            (after,) = values(later, errors, kind=KIND)
+            if counted:
+                assert 0 < before < after  # every refused listing, while it lasts
+            else:
+                assert before == after == 0
+            # Either way the counts are unknown (absent), and attribution goes on.
+            assert values(later, "nvidia_gpu_node_advertised_devices") == []
+            assert values(later, "nvidia_gpu_allocation_info", pod="train") == [1]
+            # Logged once, as a warning where it is a fault.
+            (line,) = [ln for ln in exporter.log().splitlines() if "refused by the test" in ln]
+            assert code.name in line
+            assert ("level=warn" in line) == counted, line
