@@ -18,6 +18,7 @@ State file lines (the C file's header is the reference):
     uuid <text>
     name <text to end of line>
     pci_bus_id <text>
+    minor <n>                              (N of /dev/nvidiaN; NOT_SUPPORTED when absent)
     lost <0|1>
     memory <total bytes> <reserved bytes> <used bytes>
     utilization <gpu %> <memory %>
@@ -274,6 +275,7 @@ def _device_lines(device: DeviceState, errors: Mapping[str, int]) -> list[str]:
         f"uuid {_token(device.uuid, 'uuid')}",
         f"name {_one_line(device.name, 'name')}",
         f"pci_bus_id {_token(device.pci_bus_id, 'pci_bus_id')}",
+        f"minor {device.minor}",
         f"lost {int(device.lost)}",
         *_reading_lines(device),
         *_field_lines(device),

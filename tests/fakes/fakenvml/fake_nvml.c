@@ -254,6 +254,7 @@ typedef struct {
 } gpm_t;
 typedef struct {
     char uuid[STR], name[STR], pci[32];
+    int minor; /* N of /dev/nvidiaN, -1 when the state file gives none (NOT_SUPPORTED) */
     int lost;
     unsigned long long mem_total, mem_reserved, mem_used;
     unsigned util_gpu, util_mem, temperature, power_mw, limit_mw;
@@ -389,8 +390,10 @@ static int parse_state(const char *path, state_t *out) {
             unsigned index;
             if (sscanf(rest, "%u", &index) != 1 || index != out->count || index >= MAX_GPUS)
                 rc = parse_error(path, line, "device <index>: indexes 0, 1, ... (at most 64)");
-            else
+            else {
                 g = &out->dev[out->count++];
+                g->minor = -1;
+            }
         } else if (!g && !strcmp(key, "error")) {
             override_t *e = &out->error[out->nerror];
             if (out->nerror >= MAX_ERRORS || sscanf(rest, "%63s %i", e->fn, &e->code) != 2)
@@ -405,6 +408,9 @@ static int parse_state(const char *path, state_t *out) {
             copy_str(g->name, sizeof(g->name), rest);
         } else if (!strcmp(key, "pci_bus_id")) {
             copy_str(g->pci, sizeof(g->pci), rest);
+        } else if (!strcmp(key, "minor")) {
+            if (sscanf(rest, "%d", &g->minor) != 1 || g->minor < 0)
+                rc = parse_error(path, line, "minor <n>");
         } else if (!strcmp(key, "lost")) {
             if (sscanf(rest, "%d", &g->lost) != 1)
                 rc = parse_error(path, line, "lost <0|1>");
@@ -844,6 +850,19 @@ API nvmlReturn_t nvmlDeviceGetUUID(void *device, char *uuid, unsigned length) {
     ENTER();
     RESOLVE(device, MIG_OK, &t);
     LEAVE(put_str(uuid, length, t.mig ? t.mig->uuid : t.gpu->uuid));
+}
+
+/* The minor number of /dev/nvidiaN; on a MIG device handle the driver refuses it. */
+API nvmlReturn_t nvmlDeviceGetMinorNumber(void *device, unsigned *minor) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!minor)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (t.gpu->minor < 0)
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    *minor = (unsigned)t.gpu->minor;
+    LEAVE(NVML_SUCCESS);
 }
 
 API nvmlReturn_t nvmlDeviceGetName(void *device, char *name, unsigned length) {
@@ -1381,7 +1400,20 @@ API nvmlReturn_t nvmlDeviceGetAttributes_v2(void *device, attributes_t *attrs) {
 
 /* ---- processes ---- */
 
+/* NVML lists only the processes of the caller's PID namespace: on a real H100 a process in a
+ * namespace of its own (a pod without hostPID) saw an empty list while another namespace's
+ * process held 1.7 GB. The state file's processes are host processes, so a caller outside the
+ * kernel's initial PID namespace sees none of them. */
+#define HOST_PID_NAMESPACE_INODE 0xEFFFFFFCULL
+static int caller_in_host_pid_namespace(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 &&
+           (unsigned long long)st.st_ino == HOST_PID_NAMESPACE_INODE;
+}
+
 static int process_visible(const target_t *t, const proc_t *p) {
+    if (!caller_in_host_pid_namespace())
+        return 0;
     if (!t->mig)
         return 1;
     return p->gi == t->mig->gi && (p->ci == NO_INSTANCE || p->ci == t->mig->ci);
@@ -1431,7 +1463,7 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device, process_sample_t 
     if (t.gpu->nmig)
         LEAVE(NVML_ERROR_NOT_SUPPORTED);
     unsigned long long now_us = realtime_us();
-    unsigned n = t.gpu->nproc;
+    unsigned n = caller_in_host_pid_namespace() ? t.gpu->nproc : 0;
     if (n == 0 || lastSeenTimeStamp >= now_us)
         LEAVE(NVML_ERROR_NOT_FOUND);
     if (!samples || *count < n) {
