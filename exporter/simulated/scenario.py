@@ -5,16 +5,15 @@ compile from C, so the demo and the tests describe a node the same way. A scenar
 and validated once; `Scenario.state_at(t)` gives the node as it is `t` seconds into the run.
 
 Readings change at timeline keyframes: a keyframe holds its values until the next one, or,
-with `ramp: true`, the values move linearly from the previous keyframe to it. The `readings:`
+with `ramp: true`, the values move linearly from the previous keyframe to it (timeline.py). The `readings:`
 keys, their defaults and bounds, and the keys that may be declared `unsupported` come from the
 readings table (exporter/readings_table.py), as do the names the evaluated state holds.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,15 +33,21 @@ from kube_gpu_exporter.exporter.catalog import CLOCK_EVENT_REASONS
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
 from kube_gpu_exporter.exporter.input_yaml import load_yaml, parse_yaml
 from kube_gpu_exporter.exporter.readings_table import (
-    CLOCK_EVENT_DURATIONS,
-    CLOCK_EVENTS,
-    POWER,
     READINGS,
     Kind,
     ScenarioField,
     Where,
     declarable,
     numbers_on,
+)
+from kube_gpu_exporter.exporter.simulated.timeline import (
+    CLOCK_EVENTS_KEY,
+    FIELDS,
+    NUMERIC,
+    energy_at,
+    number,
+    throttled_seconds,
+    value_at,
 )
 from kube_gpu_exporter.exporter.units import parse_duration, parse_size
 
@@ -68,9 +73,6 @@ ClockEvent = Annotated[str, Field(pattern="^(" + "|".join(CLOCK_EVENT_REASONS) +
 # keys, and each value of a field-value or GPM row on its own.
 READING_KEYS = tuple(key for row in READINGS for key in declarable(row))
 ReadingKey = Annotated[str, Field(pattern="^(" + "|".join(READING_KEYS) + ")$")]
-
-# The values a scenario may set under `readings:`, from the readings table.
-FIELDS: dict[str, ScenarioField] = {f.name: f for row in READINGS for f in row.fields}
 
 
 # Every number of a scenario ends as a float sample: beyond 2**53 a float no longer holds
@@ -292,65 +294,7 @@ class NodeState:
     devices: tuple[DeviceState, ...]
 
 
-_DEFAULTS: dict[str, Any] = {name: value.default for name, value in FIELDS.items()}
-_NUMERIC = [name for name, value in FIELDS.items() if value.kind is not Kind.REASONS]
 _MIG = [f.name for row in numbers_on(Where.MIG_INSTANCE) for f in row.fields]
-_POWER = POWER.fields[0].name  # energy is the integral of its curve
-_CLOCK_EVENTS = CLOCK_EVENTS.fields[0].name
-# clock-event reason → the scenario value of its duration counter
-_DURATIONS = {v.label: v.state for v in CLOCK_EVENT_DURATIONS.values}
-
-
-def _number(name: str, value: Any) -> float:
-    """Counts and bytes stay integers (NVML's are), the rest are floats."""
-    return float(value) if FIELDS[name].kind is Kind.NUMBER else int(value)
-
-
-def _value_at(key: str, base: Readings, frames: Iterable[Keyframe | MigKeyframe], t: float) -> Any:
-    """A reading at time t: the last keyframe's value, or a ramp towards the next one."""
-    prev_t, prev_v = 0.0, getattr(base, key)
-    if prev_v is None:
-        prev_v = _DEFAULTS[key]
-    for frame in frames:
-        value = getattr(frame.readings, key)
-        if value is None:
-            continue
-        if frame.at <= t:
-            prev_t, prev_v = frame.at, value
-            continue
-        if frame.ramp and key in _NUMERIC and frame.at > prev_t:
-            share = (t - prev_t) / (frame.at - prev_t)
-            return prev_v + (value - prev_v) * share
-        break
-    return prev_v
-
-
-def _energy_at(device: DeviceSpec, frames: list[Keyframe], t: float) -> float:
-    """Energy as the integral of the power curve, so the counter never goes backwards."""
-    changes = (f.at for f in frames if getattr(f.readings, _POWER) is not None)
-    points = [p for p in sorted({0.0, t, *changes}) if p <= t]
-    joules = device.energy_joules
-    for left, right in itertools.pairwise(points):
-        a = _value_at(_POWER, device.readings, frames, left)
-        b = _value_at(_POWER, device.readings, frames, right - 1e-9)
-        joules += (a + b) / 2 * (right - left)
-    return joules
-
-
-def _throttled_seconds(device: DeviceSpec, frames: list[Keyframe], t: float) -> dict[str, float]:
-    """Each duration counter's value: its own scenario value plus the time its clock-event
-    reason was active up to t, so a throttling timeline drives the counter as a driver would."""
-    changes = (f.at for f in frames if getattr(f.readings, _CLOCK_EVENTS) is not None)
-    points = [p for p in sorted({0.0, t, *changes}) if p <= t]
-    active: dict[str, float] = dict.fromkeys(_DURATIONS, 0.0)
-    for left, right in itertools.pairwise(points):
-        for reason in _value_at(_CLOCK_EVENTS, device.readings, frames, left):
-            if reason in active:
-                active[reason] += right - left
-    return {
-        state: _value_at(state, device.readings, frames, t) + active[reason]
-        for reason, state in _DURATIONS.items()
-    }
 
 
 class Scenario:
@@ -398,9 +342,9 @@ class Scenario:
         past = [f for f in frames if f.at <= t]
         lost = next((f.lost for f in reversed(past) if f.lost is not None), False)
         processes = next((f.processes for f in reversed(past) if f.processes is not None), None)
-        values = {key: _value_at(key, spec.readings, frames, t) for key in FIELDS}
+        values = {key: value_at(key, spec.readings, frames, t) for key in FIELDS}
         mig = tuple(self._mig_at(index, j, m, t) for j, m in enumerate(spec.mig))
-        numbers = {key: _number(key, values[key]) for key in _NUMERIC}
+        numbers = {key: number(key, values[key]) for key in NUMERIC}
         # A MIG-enabled GPU's framebuffer holds at least what its instances use.
         used = sum(m.memory_used_bytes for m in mig)
         numbers["memory_used_bytes"] = max(numbers["memory_used_bytes"], used)
@@ -416,10 +360,10 @@ class Scenario:
                 "memory_total_bytes": spec.memory_total_bytes,
                 "memory_reserved_bytes": spec.memory_reserved_bytes,
                 "power_limit_watts": spec.power_limit_watts,
-                "energy_joules": _energy_at(spec, frames, t),
-                **_throttled_seconds(spec, frames, t),
+                "energy_joules": energy_at(spec.energy_joules, spec.readings, frames, t),
+                **throttled_seconds(spec.readings, frames, t),
             },
-            clock_events=frozenset(values[_CLOCK_EVENTS]),
+            clock_events=frozenset(values[CLOCK_EVENTS_KEY]),
             unsupported=frozenset(spec.unsupported),
             nvlink_links=spec.nvlink_links,
             xids=tuple(x for f in past for x in f.xid),
@@ -429,7 +373,7 @@ class Scenario:
 
     def _mig_at(self, index: int, j: int, spec: MigSpec, t: float) -> MigState:
         frames = self._mig_frames[index][j]
-        numbers = {key: _number(key, _value_at(key, spec.readings, frames, t)) for key in _MIG}
+        numbers = {key: number(key, value_at(key, spec.readings, frames, t)) for key in _MIG}
         return MigState(
             uuid=spec.uuid or f"MIG-{index:04x}{spec.gpu_instance_id:04x}-0000-4000-8000-{j:012x}",
             profile=spec.profile,
