@@ -107,22 +107,59 @@ def selector_terms(value: Any) -> tuple[SelectorTerm, ...]:
     )
 
 
+INVALID: Final = Requirement("", "Invalid")  # matches no node (filters.requirement_matches)
+# The operators the API accepts and how many values each takes: (fewest, most).
+_VALUES: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
+    {"In": (1, MAX_ITEMS), "NotIn": (1, MAX_ITEMS), "Exists": (0, 0), "DoesNotExist": (0, 0),
+     "Gt": (1, 1), "Lt": (1, 1)}
+)  # fmt: skip
+
+
 def _requirements(value: Any) -> tuple[Requirement, ...]:
     if value is not None and not isinstance(value, list):
-        return (Requirement("", "Invalid"),)
-    found = []
-    for item in (value or [])[:MAX_ITEMS]:
-        if not isinstance(item, Mapping):
-            found.append(Requirement("", "Invalid"))
-            continue
-        values = item.get("values")
-        found.append(
-            Requirement(
-                key=interned(item.get("key")),
-                operator=interned(item.get("operator")) or "Invalid",
-                values=tuple(v for v in values if isinstance(v, str))
-                if isinstance(values, list)
-                else (),
+        return (INVALID,)
+    return tuple(_requirement(item) for item in (value or [])[:MAX_ITEMS])
+
+
+def _requirement(item: Any) -> Requirement:
+    """One requirement as the API would accept it: a key, a known operator and as many string
+    values as it takes. Anything else is INVALID rather than read in part: a NotIn without its
+    unreadable value, or a DoesNotExist on a key that is not a string, would match more nodes
+    than the pod's author meant."""
+    if not isinstance(item, Mapping):
+        return INVALID
+    key, operator, values = item.get("key"), item.get("operator"), item.get("values")
+    values = [] if values is None else values
+    if not (isinstance(key, str) and key and isinstance(operator, str) and operator in _VALUES):
+        return INVALID
+    fewest, most = _VALUES[operator]
+    if not isinstance(values, list) or not fewest <= len(values) <= most:
+        return INVALID
+    if not all(isinstance(v, str) for v in values):
+        return INVALID
+    return Requirement(interned(key), interned(operator), tuple(values))
+
+
+# A value no label has (`<` is not allowed in label values): what an unreadable entry of a
+# pod's nodeSelector asks for, so that it matches no node.
+UNREADABLE: Final = "<unreadable>"
+
+
+def node_selector(value: Any) -> Mapping[str, str]:
+    """A pod's nodeSelector. Absent or empty, it selects every node; one the API would refuse
+    (not a mapping, a key or value not a string) keeps every entry, the unreadable ones asking
+    for UNREADABLE, so that a broken selector never widens placement."""
+    if value is None:
+        return NO_LABELS
+    if not is_mapping(value):
+        return MappingProxyType({"nodeSelector": UNREADABLE})
+    if not value:
+        return NO_LABELS
+    return MappingProxyType(
+        {
+            sys.intern(k) if isinstance(k, str) else f"nodeSelector[{k!r}]"[:80]: (
+                v if isinstance(v, str) else UNREADABLE
             )
-        )
-    return tuple(found)
+            for k, v in list(value.items())[:MAX_ITEMS]
+        }
+    )

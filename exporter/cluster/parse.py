@@ -64,7 +64,7 @@ def parse_pod(obj: Mapping[str, Any], namespace: str = "") -> Pod | None:
         created_at=fields.timestamp(metadata.get("creationTimestamp")),
         requests=frozen(effective_requests(spec)),
         tolerations=fields.tolerations(spec.get("tolerations")),
-        node_selector=fields.string_map(spec.get("nodeSelector")),
+        node_selector=fields.node_selector(spec.get("nodeSelector")),
         affinity=None if required is None else fields.selector_terms(terms),
         scheduling_gates=tuple(
             fields.interned(g.get("name")) for g in fields.entries(spec.get("schedulingGates"))

@@ -16,6 +16,7 @@ from kube_gpu_exporter.exporter.cluster import (
     SelectorTerm,
     Taint,
     Toleration,
+    check_node,
     classify,
     effective_requests,
     parse_node,
@@ -194,3 +195,111 @@ def test_malformed_objects_parse_to_something_safe() -> None:
         view = ClusterView.build(parsed_nodes, parsed_pods, parsed_quotas)
         for pod in parsed_pods:
             classify(view, pod, admitted=rng.random() < 0.5)
+
+
+# Nodes that tell the operators apart: every label an affinity below names has some nodes with
+# it, some with another value and some without it.
+LABELLED_NODES = [
+    make_node(f"gpu-{i}", product=product, labels=labels)
+    for i, (product, labels) in enumerate(
+        [
+            ("NVIDIA-H100-80GB-HBM3", {"zone": "a", "pool": "train", "gen": "9", "tier": "1"}),
+            ("NVIDIA-H100-80GB-HBM3", {"zone": "b", "gen": "9", "tier": "1"}),
+            ("NVIDIA-A100-SXM4-40GB", {"zone": "a", "pool": "serve", "gen": "8", "tier": "1"}),
+            ("NVIDIA-A100-SXM4-40GB", {"zone": "c", "tier": "1"}),
+            ("NVIDIA-L4", {"zone": "b", "pool": "train", "gen": "8", "tier": "1"}),
+            ("NVIDIA-L4", {}),
+        ]
+    )
+]
+PRODUCT_KEY = "nvidia.com/gpu.product"
+AFFINITIES: list[list[dict[str, Any]]] = [
+    [
+        {
+            "matchExpressions": [
+                {"key": PRODUCT_KEY, "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
+                {"key": "zone", "operator": "NotIn", "values": ["c", "b"]},
+            ]
+        },
+        {"matchExpressions": [{"key": "pool", "operator": "DoesNotExist"}]},
+    ],
+    [
+        {
+            "matchExpressions": [
+                {"key": "gen", "operator": "Gt", "values": ["8"]},
+                {"key": "pool", "operator": "Exists"},
+            ],
+            "matchFields": [
+                {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3", "gpu-5"]}
+            ],
+        },
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-4"]}]},
+    ],
+    [
+        {
+            "matchExpressions": [
+                {"key": "zone", "operator": "NotIn", "values": ["a"]},
+                {"key": "gen", "operator": "Lt", "values": ["9"]},
+            ]
+        }
+    ],
+]
+
+
+def _json_type(value: Any) -> type:
+    return type(None) if value is None else dict if isinstance(value, dict) else type(value)
+
+
+def _broken(pod: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
+    """The pod with one value under its required node affinity or its nodeSelector replaced
+    by junk of another JSON type (a string by a number, a list by a mapping, a term by a
+    string…): what the API server would refuse, never a valid pod with another constraint.
+    None when the junk drawn is of the value's own type."""
+    junk: list[Any] = [None, 7, -1.5, "x", [], {}, [1, "a", None], {"a": [None]}, True]
+    spec = pod["spec"]
+    parent: Any = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    key: Any = "nodeSelectorTerms"
+    if rng.random() < 0.2:
+        parent, key = spec, "nodeSelector"
+    while rng.random() < 0.75 and isinstance(parent[key], dict | list) and parent[key]:
+        parent = parent[key]
+        key = rng.choice(list(parent) if isinstance(parent, dict) else range(len(parent)))
+    new = rng.choice(junk)
+    old = parent[key]
+    if _json_type(new) is _json_type(old) or (new is None and isinstance(old, dict | list)):
+        return None  # same type, or null for a list or mapping: absent, a valid pod
+    parent[key] = new
+    return pod
+
+
+def _placeable(pod: dict[str, Any]) -> set[str]:
+    """The nodes the parsed pod may be placed on: placement's own check of each node."""
+    parsed = parse_pod(pod)
+    assert parsed is not None
+    view = ClusterView.build([n for n in map(parse_node, LABELLED_NODES) if n], [parsed])
+    requested = view.gpu_requests(parsed)
+    return {
+        name
+        for name, state in view.nodes.items()
+        if check_node(parsed, state, requested, view.settings.gpu_type_labels).open
+    }
+
+
+@pytest.mark.parametrize("terms", AFFINITIES, ids=["in-notin-doesnotexist", "gt-fields", "lt"])
+def test_a_broken_affinity_never_widens_placement(terms: list[dict[str, Any]]) -> None:
+    """2,000 pods whose required node affinity or nodeSelector has one value of the wrong
+    type: each may be placed on a subset of the nodes the intact pod may use. A requirement
+    the parser could not read must exclude nodes, never drop out of its term (which would let
+    more nodes in); so must a selector entry."""
+    rng = random.Random(13)
+    intact = make_gpu_pod("train", 1, node_selector={"tier": "1"}, affinity_terms=terms)
+    allowed = _placeable(intact)
+    assert set() < allowed < {f"gpu-{i}" for i in range(len(LABELLED_NODES))}  # it selects
+    tried = 0
+    while tried < 2000:
+        broken = _broken(_copy(intact), rng)
+        if broken is None:
+            continue
+        tried += 1
+        widened = _placeable(broken) - allowed
+        assert not widened, f"{json.dumps(broken['spec']['affinity'])} lets in {widened}"
