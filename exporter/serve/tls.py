@@ -15,11 +15,15 @@ never looser:
 - Certificates are loaded once at startup (Go re-reads them per connection): restart to rotate.
 
 Files are opened here, at load time, so a missing or mismatched certificate stops the exporter
-with a one-line CertificateError naming the key, instead of failing the first handshake.
+with a one-line CertificateError naming the key, instead of failing the first handshake. So do
+settings no client can use with the certificate (up to TLS 1.2 a cipher suite names the key
+type that signs, so ECDSA suites with an RSA key leave none): the context is proved by one
+handshake in memory with a client that offers every version and suite OpenSSL has.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import ssl
 import warnings
@@ -106,6 +110,22 @@ def server_context(
     else:
         ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
     _load_cert_chain(ctx, cert_file, key_file)
+    tls12_ciphers = [c for name in cipher_suites if (c := CIPHERS[name]) is not None]
+    if tls12_ciphers:
+        try:
+            ctx.set_ciphers(":".join(tls12_ciphers))
+        except ssl.SSLError as exc:
+            raise CertificateError(f"tls_server_config.cipher_suites: {_ssl_reason(exc)}") from None
+    # Before client certificates are asked for: the probe client has none.
+    failure = _handshake_failure(ctx)
+    if failure is not None:
+        key = "cipher_suites" if cipher_suites else "min_version/max_version"
+        raise CertificateError(
+            f"tls_server_config.{key}: no TLS handshake is possible with the "
+            f"{_key_type(key_file)} key of {cert_file} and cipher_suites "
+            f"[{', '.join(cipher_suites) or 'default'}] at {min_version}–{max_version} "
+            f"(OpenSSL: {failure})"
+        )
     ctx.verify_mode = CLIENT_AUTH[client_auth_type]
     if client_ca_file:
         _readable("client_ca_file", client_ca_file)
@@ -116,13 +136,79 @@ def server_context(
                 f"tls_server_config.client_ca_file: cannot load {client_ca_file}: "
                 f"{_ssl_reason(exc)}"
             ) from None
-    tls12_ciphers = [c for name in cipher_suites if (c := CIPHERS[name]) is not None]
-    if tls12_ciphers:
-        try:
-            ctx.set_ciphers(":".join(tls12_ciphers))
-        except ssl.SSLError as exc:
-            raise CertificateError(f"tls_server_config.cipher_suites: {_ssl_reason(exc)}") from None
     return ctx
+
+
+HANDSHAKE_ROUNDS = 8  # flights: TLS 1.2 needs 4, TLS 1.3 3
+
+
+def _handshake_failure(server: ssl.SSLContext) -> str | None:
+    """Why no client can complete a handshake with `server`, or None when one can: a real
+    handshake in memory (MemoryBIO pairs) with a client offering every protocol version and
+    cipher suite this OpenSSL has, at security level 0, and verifying nothing."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    with warnings.catch_warnings():  # TLS 1.0/1.1 are offered too: the server may ask for them
+        warnings.simplefilter("ignore", DeprecationWarning)
+        client.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+        client.maximum_version = ssl.TLSVersion.MAXIMUM_SUPPORTED
+    client.set_ciphers("ALL:@SECLEVEL=0")
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    ends = (
+        client.wrap_bio(to_client, to_server, server_side=False),
+        server.wrap_bio(to_server, to_client, server_side=True),
+    )
+    done = [False, False]
+    for _ in range(HANDSHAKE_ROUNDS):
+        for i, end in enumerate(ends):
+            if done[i]:
+                continue
+            try:
+                end.do_handshake()
+                done[i] = True
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as exc:
+                return _ssl_reason(exc).split("] ", 1)[-1]  # "[SSL: NO_SHARED_CIPHER] no …"
+        if all(done):
+            return None
+    return "the handshake did not finish"
+
+
+# PKCS#8 algorithm identifiers (DER-encoded OIDs) → the key type a cipher suite names.
+_KEY_OIDS: Final[Mapping[bytes, str]] = {
+    bytes.fromhex("2a864886f70d010101"): "RSA",  # rsaEncryption
+    bytes.fromhex("2a864886f70d01010a"): "RSA-PSS",
+    bytes.fromhex("2a8648ce3d0201"): "ECDSA",  # id-ecPublicKey
+    bytes.fromhex("2b6570"): "Ed25519",
+    bytes.fromhex("2b6571"): "Ed448",
+    bytes.fromhex("2a8648ce380401"): "DSA",
+}
+
+
+def _key_type(key_file: str) -> str:
+    """The private key's type for a message ("RSA", "ECDSA", …), read from its PEM header or
+    its PKCS#8 algorithm identifier: Python's ssl module cannot tell, and the message is only
+    worth so much code."""
+    try:
+        with open(key_file, encoding="ascii", errors="replace") as pem:
+            text = pem.read(64 << 10)
+    except OSError:
+        return "private"
+    legacy = re.search(r"-----BEGIN (RSA|EC|DSA) PRIVATE KEY-----", text)
+    if legacy:
+        return {"EC": "ECDSA"}.get(legacy.group(1), legacy.group(1))
+    body = re.search(r"-----BEGIN PRIVATE KEY-----(.*?)-----END", text, re.S)
+    try:
+        der = base64.b64decode(body.group(1)) if body else b""
+    except ValueError:
+        der = b""
+    head = der[:32]  # the version and algorithm identifier open a PrivateKeyInfo
+    for oid, name in _KEY_OIDS.items():
+        if bytes([6, len(oid)]) + oid in head:
+            return name
+    return "private"
 
 
 def _load_cert_chain(ctx: ssl.SSLContext, cert: str, key: str) -> None:

@@ -5,6 +5,7 @@ runs in-process (inprocess_cli.py) for the flags; TLS handshakes are real (opens
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,3 +69,75 @@ def test_well_formed_listen_addresses_are_accepted(address: str) -> None:
 )
 def test_the_demo_checks_its_host(host: str, expected: str) -> None:
     assert_one_line(*run_cli(["demo", f"--host={host}"]), "--host", expected)
+
+
+# --- TLS: cipher suites no handshake can use with the certificate --------------------------
+
+
+def _cert(tmp_path: Path, name: str, algorithm: list[str]) -> tuple[Path, Path]:
+    key, cert = tmp_path / f"{name}.key", tmp_path / f"{name}.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", *algorithm, "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "2", "-subj", f"/CN={name}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    folder = tmp_path_factory.mktemp("certs")
+    return {
+        "RSA": _cert(folder, "rsa", ["rsa:2048"]),
+        "ECDSA": _cert(folder, "ec", ["ec", "-pkeyopt", "ec_paramgen_curve:P-256"]),
+    }
+
+
+ECDSA_ONLY = "[TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]"
+RSA_ONLY = "[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256]"
+RSA_KEY_EXCHANGE = "[TLS_RSA_WITH_AES_128_GCM_SHA256]"
+
+
+def _serve_with(tmp_path: Path, cert: tuple[Path, Path], settings: str) -> tuple[int, str]:
+    config = tmp_path / "web.yml"
+    config.write_text(
+        f"tls_server_config:\n  cert_file: {cert[0]}\n  key_file: {cert[1]}\n{settings}"
+    )
+    return run_cli(["serve", "--simulate", DEMO, "--web.config.file", config])
+
+
+@pytest.mark.parametrize(
+    ("key", "suites"),
+    [("RSA", ECDSA_ONLY), ("ECDSA", RSA_ONLY), ("ECDSA", RSA_KEY_EXCHANGE)],
+    ids=["ecdsa-suites-rsa-key", "rsa-suites-ecdsa-key", "rsa-key-exchange-ecdsa-key"],
+)
+def test_cipher_suites_that_cannot_sign_with_the_key_are_refused(
+    tmp_path: Path, certs: dict[str, tuple[Path, Path]], key: str, suites: str
+) -> None:
+    """Up to TLS 1.2 a suite names the key type that signs: with no suite for the certificate's
+    key no client can complete a handshake, which only showed at the first scrape."""
+    settings = f"  max_version: TLS12\n  cipher_suites: {suites}\n"
+    line = assert_one_line(
+        *_serve_with(tmp_path, certs[key], settings),
+        "tls_server_config.cipher_suites",
+        f"{key} key",
+        suites.strip("[]").split(",")[0],
+    )
+    assert "no TLS handshake" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "settings"),
+    [
+        ("RSA", f"  min_version: TLS13\n  cipher_suites: {ECDSA_ONLY}\n"),  # 1.3 ignores them
+        ("RSA", f"  cipher_suites: {ECDSA_ONLY}\n"),  # up to TLS 1.3 by default
+        ("RSA", f"  max_version: TLS12\n  cipher_suites: {RSA_ONLY}\n"),
+        ("RSA", f"  max_version: TLS12\n  cipher_suites: {RSA_KEY_EXCHANGE}\n"),
+        ("ECDSA", f"  max_version: TLS12\n  cipher_suites: {ECDSA_ONLY}\n"),
+        ("ECDSA", "  max_version: TLS12\n"),
+    ],
+)
+def test_cipher_suites_some_handshake_can_use_are_accepted(
+    tmp_path: Path, certs: dict[str, tuple[Path, Path]], key: str, settings: str
+) -> None:
+    assert _serve_with(tmp_path, certs[key], settings) == (0, "")
