@@ -5,9 +5,11 @@ compile from C, so the demo and the tests describe a node the same way. A scenar
 and validated once; `Scenario.state_at(t)` gives the node as it is `t` seconds into the run.
 
 Readings change at timeline keyframes: a keyframe holds its values until the next one, or,
-with `ramp: true`, the values move linearly from the previous keyframe to it (timeline.py). The `readings:`
-keys, their defaults and bounds, and the keys that may be declared `unsupported` come from the
-readings table (exporter/readings_table.py), as do the names the evaluated state holds.
+with `ramp: true`, the values move linearly from the previous keyframe to it (timeline.py).
+The `readings:` keys, their defaults and bounds, and the keys that may be declared
+`unsupported` come from the readings table (exporter/readings_table.py), as do the names the
+evaluated state holds. Every number must be finite and within 2**53 (a float sample's exact
+range), whichever key holds it.
 """
 
 from __future__ import annotations
