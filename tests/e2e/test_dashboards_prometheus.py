@@ -1,6 +1,8 @@
 """Every dashboard query, variables filled in, run against Debian's Prometheus scraping the
 exporter on the demo scenario, with a kubelet (podresources/v1 over gRPC) whose pods hold some
-of its GPUs and with the generated recording rules loaded: each query returns data.
+of its GPUs and with the generated recording rules loaded: each query returns data, and
+where the scenario fixes its answer (EXPECTED: counts, utilization, power, temperatures,
+clocks, allocations, quotas, pending pods, fragmentation, per-pod use), that answer.
 
 The scheduling panels read the cluster view: `kube-gpu-exporter cluster` runs against the test
 API server with a fragmented pending pod, a quota, two pods scheduled one after the other (so
@@ -124,8 +126,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
     """
     tmp = tmp_path_factory.mktemp("dashboards")
     scenario = yaml.safe_load(DEMO.read_text())
+    # The demo's node held still (its story's ramps would move the values EXPECTED checks).
     scenario["devices"][0]["timeline"] = [{"at": 0, "xid": [13]}]
-    scenario["devices"][2]["timeline"].append({"at": 0, "xid": [79]})
+    scenario["devices"][2]["timeline"] = [{"at": 0, "xid": [79]}]
     path = tmp / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
     socket = tmp / "kubelet.sock"
@@ -173,11 +176,111 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
                 yield prom, target
 
 
+GIB = 2**30
+# The demo node held still (fixture): whole GPUs 0-2 and 4 are H100s (utilization 0.93, 0,
+# 0.55, 0.71; framebuffer 61, 1, 40, 45 GiB; 612, 72, 450, 380 W; 71, 33, 64, 58 °C; limit
+# 700 W); GPU 3 an A100 in MIG mode (180 W, 44 °C, limit 400 W, no utilization) whose 3g.20gb
+# holds 12 GiB. trainer-0 holds GPU 0, notebook-a GPU 1, mig-0 the 3g.20gb (3/7 of a GPU);
+# the kubelet advertises GPUs 0-2 and the two MIG instances. `serve --simulate` says so.
+# The cluster view: three nodes with one free GPU each but gpu-a (the preempted pod's), a pod
+# asking for two, a quota of 8 with 2 used, waits of 30 s and 50 s; kube-state-metrics one
+# pending pod asking for 2 GPUs.
+# Per query: the expected value of a one-sample answer, or {label value: value} by `label`.
+Expected = float | tuple[str, dict[str, float]]
+EXPECTED: dict[str, Expected] = {
+    "kube-gpu-cluster/Simulated exporters/A": 1,
+    "kube-gpu-cluster/GPUs/A": 5,
+    "kube-gpu-cluster/Lost GPUs/A": 0,
+    "kube-gpu-cluster/Utilization/A": (0.93 + 0 + 0.55 + 0.71) / 4,
+    "kube-gpu-cluster/Allocated GPUs/A": 2 + 3 / 7,
+    "kube-gpu-cluster/Free whole GPUs/A": 1,  # GPU 2; GPU 4 is not advertised
+    "kube-gpu-cluster/Power per node/A": 612 + 72 + 450 + 180 + 380,
+    "kube-gpu-cluster/Allocated and idle GPUs/A": 2 + 3 / 7,
+    "kube-gpu-cluster/GPUs held per namespace against its quota/A": (
+        "namespace",
+        {"ml": 1 + 3 / 7, "lab": 1},
+    ),
+    "kube-gpu-cluster/GPUs held per namespace against its quota/B": ("namespace", {"ml": 8}),
+    "kube-gpu-cluster/GPUs held per namespace against its quota/C": ("namespace", {"ml": 2}),
+    "kube-gpu-cluster/Pending GPU pods/A": ("pod", {"trainer-1": 2}),
+    "kube-gpu-cluster/Pending GPU pods by reason/A": ("reason", {"fragmented": 1}),
+    "kube-gpu-cluster/Largest request that could schedule now/A": 1,
+    "kube-gpu-cluster/Fragmentation of free GPUs/A": 1 - 1 / 2,
+    "kube-gpu-cluster/Hottest GPU per node/A": 71,
+    "kube-gpu-cluster/Driver versions/A": (
+        "model",
+        {"NVIDIA H100 80GB HBM3": 4, "NVIDIA A100-SXM4-40GB": 1},
+    ),
+    "kube-gpu-node/Simulated exporters/A": 1,
+    "kube-gpu-node/Lost GPUs/A": 0,
+    "kube-gpu-node/NVML/A": 1,
+    "kube-gpu-node/Pod resources/A": 1,
+    "kube-gpu-node/Utilization/A": ("gpu", {"0": 0.93, "1": 0.0, "2": 0.55, "4": 0.71}),
+    "kube-gpu-node/Temperature/A": ("gpu", {"0": 71, "1": 33, "2": 64, "3": 44, "4": 58}),
+    "kube-gpu-node/Power/A": ("gpu", {"0": 612, "1": 72, "2": 450, "3": 180, "4": 380}),
+    "kube-gpu-node/Power/B": ("gpu", {"0": 700, "1": 700, "2": 700, "3": 400, "4": 700}),
+    "kube-gpu-node/SM clock/A": (
+        "gpu",
+        {"0": 1980e6, "1": 345e6, "2": 1755e6, "3": 1410e6, "4": 1830e6},
+    ),
+    # GPM and PCIe rates: a reading the scenario leaves out of a GPU is 0 there.
+    "kube-gpu-node/SM active/A": ("gpu", {"0": 0.86, "1": 0, "2": 0.44, "4": 0.37}),
+    "kube-gpu-node/Tensor active/A": ("gpu", {"0": 0.61, "1": 0, "2": 0.29, "4": 0.22}),
+    "kube-gpu-node/PCIe traffic/A": ("gpu", {"0": 52428800, "1": 0, "2": 0, "4": 0}),
+    "kube-gpu-node/PCIe traffic/B": ("gpu", {"0": 838860800, "1": 0, "2": 0, "4": 0}),
+    "kube-gpu-node/Utilization per pod/A": ("pod", {"trainer-0": 0.93, "notebook-a": 0.0}),
+    "kube-gpu-workload/Simulated exporters/A": 1,
+    "kube-gpu-workload/GPUs held/A": 2 + 3 / 7,
+    "kube-gpu-workload/GPU quota/A": 8,
+    "kube-gpu-workload/GPUs requested by pending pods/A": 2,
+    "kube-gpu-workload/Framebuffer used/A": (61 + 1 + 12) * GIB,
+    "kube-gpu-workload/Framebuffer used per pod/A": (
+        "pod",
+        {"trainer-0": 61 * GIB, "notebook-a": 1 * GIB, "mig-0": 12 * GIB},
+    ),
+}
+
+
+# Answers known to be wrong today, each with why; strict: one that comes right fails until it
+# is taken off this list.
+KNOWN_WRONG = {
+    "kube-gpu-cluster/Simulated exporters/A": "serve --simulate's build_info has no "
+    'simulated="true" label yet, so the marker counts 0 simulated nodes',
+    "kube-gpu-node/Simulated exporters/A": "as the cluster dashboard's",
+    "kube-gpu-workload/Simulated exporters/A": "as the cluster dashboard's",
+}
+
+
+def _ids() -> set[str]:
+    return {param.id for param in _queries()}
+
+
+def test_every_expected_value_belongs_to_a_query() -> None:
+    assert not set(EXPECTED) - _ids(), set(EXPECTED) - _ids()
+    assert set(KNOWN_WRONG) <= set(EXPECTED)
+
+
 @pytest.mark.parametrize("expr", _queries())
-def test_every_dashboard_query_returns_data(prometheus: tuple[Prometheus, str], expr: str) -> None:
+def test_every_dashboard_query_returns_data(
+    prometheus: tuple[Prometheus, str], expr: str, request: pytest.FixtureRequest
+) -> None:
+    """Every query answers; where the scenario fixes its answer (EXPECTED), it is that."""
     prom, target = prometheus
     query = fill(expr, target)
-    assert prom.query(query), f"no data for {query}"
+    result = prom.query(query)
+    assert result, f"no data for {query}"
+    ident = request.node.callspec.id
+    if ident not in EXPECTED:
+        return
+    if ident in KNOWN_WRONG:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_WRONG[ident], strict=True))
+    expected = EXPECTED[ident]
+    if isinstance(expected, tuple):
+        label, by_label = expected
+        got = {r["metric"].get(label, ""): r["value"] for r in result}
+        assert got == pytest.approx(by_label, rel=1e-6), query
+    else:
+        assert [r["value"] for r in result] == pytest.approx([expected], rel=1e-6), query
 
 
 def test_the_variables_are_filled() -> None:
