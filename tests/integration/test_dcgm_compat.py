@@ -853,6 +853,7 @@ class DemoNode:
     mig_gi: int
     parent_uuid: str
     tensor_active: dict[str, float]  # `gpu` → the scenario's GPM tensor activity, whole GPUs
+    state: Any  # the scenario at t=0 (NodeState): every device's readings
 
 
 @pytest.fixture(scope="module")
@@ -934,6 +935,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoNode]:
                     str(state.devices[i].index): state.devices[i].readings["tensor_active"]
                     for i in whole
                 },
+                state=state,
             )
 
 
@@ -977,16 +979,65 @@ def test_the_dashboard_variables_find_the_node(demo: DemoNode) -> None:
     assert reworked == {"Hostname": f"({NODE_NAME})", "gpu": every_gpu}
 
 
+MIB = 2**20
+
+
+def expected_panel(demo: DemoNode, revision: str, title: str) -> dict[tuple[str, ...], float]:
+    """What a panel of dashboard 12239 must show of the steady scenario, in the classic
+    schema's units (°C, W, MHz, %, MiB; profiling fields as ratios), keyed by `gpu` (and
+    `GPU_I_ID`, "" on a whole GPU and where the panel drops it). The GPU in MIG mode has no
+    utilization and no GPM; its framebuffer is its instances'."""
+    devices = {str(d.index): d for d in demo.state.devices}
+    whole = {gpu: d for gpu, d in devices.items() if not d.mig}
+
+    def per_gpu(reading: str, scale: float = 1, among: Any = devices) -> dict[Any, float]:
+        return {(gpu, ""): d.readings[reading] * scale for gpu, d in among.items()}
+
+    temperatures = per_gpu("temperature_celsius")
+    power = per_gpu("power_watts")
+    answers: dict[str, dict[Any, float]] = {
+        "GPU Temperature": temperatures,
+        "GPU Avg. Temp": {(): sum(temperatures.values()) / len(temperatures)},
+        "GPU Power Usage": power,
+        "GPU Power Total": {(): sum(power.values())},
+        "GPU SM Clocks": per_gpu("sm_clock_mhz", 1e6),
+        "Tensor Core Utilization": per_gpu("tensor_active", among=whole),
+        "GPU Framebuffer Mem Used": {
+            **per_gpu("memory_used_bytes", 1 / MIB, among=whole),
+            **{
+                (gpu, str(m.gpu_instance_id)): m.readings["memory_used_bytes"] / MIB
+                for gpu, d in devices.items()
+                for m in d.mig
+            },
+        },
+        "GPU Utilization": per_gpu("utilization", 100, among=whole)
+        if revision == "original"
+        else per_gpu("graphics_active", among=whole),  # DCGM_FI_PROF_GR_ENGINE_ACTIVE
+    }
+    return answers[title]
+
+
 @pytest.mark.parametrize(("revision", "expr"), panel_params())
-def test_every_dashboard_12239_query_returns_data(demo: DemoNode, revision: str, expr: str) -> None:
+def test_every_dashboard_12239_panel_shows_the_scenario(
+    demo: DemoNode, revision: str, expr: str, request: pytest.FixtureRequest
+) -> None:
+    """Each panel answers what the scenario says, in dcgm-exporter's units; a field compat
+    mode cannot serve answers nothing."""
     query = fill(expr, variables_of(demo.prom, revision))
     assert "$" not in query
     result = demo.prom.query(query)
     profiling = [field for field in EXPECTED_EMPTY if field in expr]
     if profiling:
         assert result == [], f"{profiling[0]} should be absent ({EXPECTED_EMPTY[profiling[0]]})"
-    else:
-        assert result, f"no data for {query}"
+        return
+    title = request.node.callspec.id.split("/", 1)[1]
+    keyed = [
+        ((r["metric"]["gpu"], r["metric"].get("GPU_I_ID", "")) if "gpu" in r["metric"] else ())
+        for r in result
+    ]
+    assert len(set(keyed)) == len(keyed), f"two series for one device: {result}"
+    got = {key: r["value"] for key, r in zip(keyed, result, strict=True)}
+    assert got == pytest.approx(expected_panel(demo, revision, title), rel=1e-6), query
 
 
 def test_expected_empty_panels_are_exactly_what_nvml_cannot_give() -> None:
