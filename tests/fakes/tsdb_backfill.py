@@ -33,7 +33,7 @@ def openmetrics(series: Sequence[tuple[str, Labels, Sequence[Point]]]) -> str:
     lines = []
     for name, labels, points in sorted(series, key=lambda s: s[0]):
         text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        lines += [f"{name}{{{text}}} {value:g} {at:.3f}" for at, value in points]
+        lines += [f"{name}{{{text}}} {value:.17g} {at:.3f}" for at, value in points]
     return "\n".join([*lines, "# EOF"]) + "\n"
 
 
