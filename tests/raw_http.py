@@ -17,10 +17,19 @@ class RawResponse:
     body: bytes
 
 
-def connect(port: int, timeout: float = 10.0) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+def connect(port: int, timeout: float = 10.0, source: str = "127.0.0.1") -> socket.socket:
+    """A connection to the exporter on loopback from `source`: another loopback address
+    (127.0.0.2, …) looks like another client to the server."""
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=timeout, source_address=(source, 0)
+    )
     sock.settimeout(timeout)
     return sock
+
+
+def other_addresses(count: int, first: int = 2) -> list[str]:
+    """`count` loopback addresses other than 127.0.0.1: one per simulated client host."""
+    return [f"127.0.{n // 250}.{n % 250 + 1}" for n in range(first - 1, first - 1 + count)]
 
 
 def request(method: str, path: str, headers: dict[str, str] | None = None) -> bytes:

@@ -154,11 +154,28 @@ def add_web_flags(serve: argparse.ArgumentParser, default_port: int) -> None:
         help="concurrent requests beyond which the server answers 503; 0 for no limit (default 40)",
     )
     serve.add_argument(
+        "--web.max-requests-per-client",
+        dest="max_requests_per_client",
+        type=non_negative_int,
+        default=10,
+        help="concurrent requests from one client address beyond which it gets 429; 0 for no "
+        "limit (default 10)",
+    )
+    serve.add_argument(
         "--web.max-connections",
         dest="max_connections",
         type=positive_int,
         default=256,
-        help="open connections beyond which new ones are closed at once (default 256)",
+        help="open connections in all; beyond them a new client address displaces the "
+        "longest-idle connection of the address holding the most (default 256)",
+    )
+    serve.add_argument(
+        "--web.max-connections-per-client",
+        dest="max_connections_per_client",
+        type=positive_int,
+        default=32,
+        help="open connections from one client address beyond which new ones get 429 and are "
+        "closed (default 32)",
     )
     duration_flag(
         serve,

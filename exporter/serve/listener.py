@@ -1,21 +1,23 @@
-"""The listening sockets: accepts connections itself, caps them, and sniffs plain HTTP on TLS.
+"""The listening sockets: accepts connections itself and shares them fairly by client address.
 
 aiohttp's TCPSite hands every accepted socket straight to asyncio, which offers no connection
-cap and, with TLS, answers a plain-HTTP request with a failed handshake (an empty reply). This
-site runs its own accept loop instead, so each connection passes three gates first:
+cap. This site runs its own accept loop instead, so each connection passes the client table
+first (client_shares.py):
 
-- **the cap** (`--web.max-connections`): over it, a connection is closed at once (with a 503
-  on plain HTTP), so a flood of sockets cannot grow the exporter's memory or file table.
-- **plain HTTP on a TLS port** gets exporter-toolkit's answer, Go's net/http's exact bytes
-  (`400 Bad Request`, "Client sent an HTTP request to an HTTPS server."), decided from the
-  first bytes peeked before the handshake, as Go decides from the TLS record header.
-- **the handshake** must finish within `--web.read-header-timeout`.
+- **its address's share** (`--web.max-connections-per-client`): over it, the connection gets
+  a 429 (on plain HTTP) and is closed, while other addresses are still served;
+- **the global cap** (`--web.max-connections`): when every connection is taken, the newcomer
+  displaces the connection idle longest of the address holding the most, if that address holds
+  more than the newcomer's; otherwise it joins a small overflow (OVERFLOW connections) that
+  answers the kubelet's probes and nothing else (503 with Retry-After), so `/healthz` is
+  answered whatever other clients hold; beyond that, it is closed at once (503 on plain HTTP).
 
-Then asyncio's own transport (`connect_accepted_socket`) serves it with a `Connection`.
-Listening sockets get small kernel buffers, which accepted ones inherit: requests are a few
-hundred bytes, so one read of a pipelining client adds at most 16 KiB, not asyncio's 256 KiB;
-and a client that never reads pins 128 KiB of kernel memory, not the 4 MiB Linux would grow
-its send buffer to.
+Then asyncio's plain socket transport serves it, under a `Wire` (wire.py: TLS by memory BIOs,
+Go's 400 for plain HTTP on a TLS port, the handshake within `--web.read-header-timeout`, the
+write timeout) and a `Connection` (connection.py). Listening sockets get small kernel buffers,
+which accepted ones inherit: requests are a few hundred bytes, so one read adds at most 16 KiB;
+and a client that never reads pins ~64 KiB of kernel memory, not the 4 MiB Linux would grow its
+send buffer to.
 """
 
 from __future__ import annotations
@@ -25,30 +27,29 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any, Final
 
 from aiohttp import web
 
-from kube_gpu_exporter.exporter.serve.connection import Connection, ConnectionLimits
+from kube_gpu_exporter.exporter.serve.client_shares import (
+    ConnectionTable,
+    Verdict,
+    client_address,
+)
+from kube_gpu_exporter.exporter.serve.connection import Connection, ConnectionLimits, raw_response
+from kube_gpu_exporter.exporter.serve.wire import Wire
 
 log = logging.getLogger(__name__)
 
 RECEIVE_BUFFER: Final = 8 << 10  # SO_RCVBUF; Linux doubles it for its own bookkeeping
-# SO_SNDBUF: Linux would grow it to 4 MiB per connection (tcp_wmem) for a client that does not
-# read, kernel memory a pod's cgroup is charged for; 128 KiB in flight still fills a 10 ms path
-# at 12 MB/s.
-SEND_BUFFER: Final = 64 << 10
-TLS_HANDSHAKE: Final = 0x16  # the content type of a TLS record carrying a ClientHello
-# What Go's net/http takes for a plain-HTTP request on a TLS port (the first 5 bytes).
-HTTP_STARTS: Final = frozenset({b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"})
-HTTP_ON_TLS_PORT: Final = (
-    b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
-)
-OVER_CAP: Final = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n"
-    b"Connection: close\r\n\r\ntoo many open connections\n"
-)
+# SO_SNDBUF, doubled by Linux likewise: it would grow it to 4 MiB per connection (tcp_wmem)
+# for a client that does not read, kernel memory a pod's cgroup is charged for; 64 KiB in
+# flight still fills a 10 ms path at 6 MB/s, a gzipped scrape in a round trip or two.
+SEND_BUFFER: Final = 32 << 10
+OVERFLOW: Final = 32  # probe-only connections beyond --web.max-connections
+OVERFLOW_TIMEOUT: Final = 2.0  # seconds such a connection may take to ask
 ACCEPT_RETRY_SECONDS: Final = 0.1  # after EMFILE and the like
 
 
@@ -70,8 +71,17 @@ class Listener(web.BaseSite):
         self._limits = limits
         self._sockets: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pending: set[socket.socket] = set()  # accepted, not yet handed to asyncio
-        self.open_connections = 0
+        self._table: ConnectionTable[Wire] = ConnectionTable(
+            limits.max_connections, limits.max_connections_per_client
+        )
+        self._overflow: set[Wire] = set()
+        headers = limits.headers
+        self._client_full = raw_response(
+            429, "Too Many Requests", "too many connections from your address\n", headers, True
+        )
+        self._full = raw_response(
+            503, "Service Unavailable", "too many open connections\n", headers, True
+        )
 
     @property
     def name(self) -> str:
@@ -83,6 +93,10 @@ class Listener(web.BaseSite):
         """(host, port) of every listening socket: the bound port when 0 was asked."""
         return [sock.getsockname()[:2] for sock in self._sockets]
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._table) + len(self._overflow)
+
     async def start(self) -> None:
         await super().start()
         self._sockets = await _bind(self._host, self._port, self._backlog)
@@ -91,12 +105,12 @@ class Listener(web.BaseSite):
             self._spawn(loop, self._accept(sock))
 
     async def stop(self) -> None:
-        """Stop accepting, drop connections not yet handed over, and cut responses clients are
-        not reading; aiohttp's runner then lets the other requests finish."""
+        """Stop accepting and cut responses clients are not reading; aiohttp's runner then
+        lets the other requests finish."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for sock in (*self._sockets, *self._pending):
+        for sock in self._sockets:
             sock.close()
         self._sockets.clear()
         if self._runner.server is not None:
@@ -120,99 +134,78 @@ class Listener(web.BaseSite):
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             sock.setblocking(False)
-            if self.open_connections >= self._limits.max_connections:
-                log.debug("client %s: over --web.max-connections; closing", _peer(peer))
-                if self._ssl_context is None:
-                    with contextlib.suppress(OSError):
-                        sock.send(OVER_CAP)
-                _discard(sock)
-                continue
-            self.open_connections += 1
-            self._spawn(loop, self._serve(sock, peer))
+            self._admit(loop, sock, client_address(peer))
 
-    async def _serve(self, sock: socket.socket, peer: object) -> None:
-        """Sniff (TLS only), then hand the socket to asyncio; the count drops once, whenever
-        the connection ends."""
-        released = False
+    def _admit(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, client: str) -> None:
+        admission = self._table.admit(client)
+        if admission.verdict is Verdict.CLIENT_FULL:
+            log.debug("client %s: over --web.max-connections-per-client; closing", client)
+            self._refuse(sock, self._client_full)
+            return
+        if admission.evicted is not None:
+            log.debug(
+                "client %s: every connection taken; displaced one of %s's idle the longest",
+                client,
+                admission.evicted.client,
+            )
+            admission.evicted.cut()
+        if admission.verdict is Verdict.ADMIT:
+            wire = self._wire(client, probes_only=False)
+            self._table.add(client, wire)
+        elif len(self._overflow) < OVERFLOW:
+            wire = self._wire(client, probes_only=True)
+            self._overflow.add(wire)
+        else:
+            log.debug("client %s: over --web.max-connections; closing", client)
+            self._refuse(sock, self._full)
+            return
+        self._spawn(loop, self._serve(sock, wire))
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.open_connections -= 1
+    def _refuse(self, sock: socket.socket, answer: bytes) -> None:
+        if self._ssl_context is None:
+            with contextlib.suppress(OSError):
+                sock.send(answer)
+        _discard(sock)
 
-        self._pending.add(sock)
-        try:
-            if self._ssl_context is not None and not await self._is_tls(sock, peer):
-                _discard(sock)
-                release()
-                return
-            self._pending.discard(sock)
-            loop = asyncio.get_running_loop()
-            if self._ssl_context is None:
-                await loop.connect_accepted_socket(lambda: self._connection(release), sock)
-            else:
-                await loop.connect_accepted_socket(
-                    lambda: self._connection(release),
-                    sock,
-                    ssl=self._ssl_context,
-                    ssl_handshake_timeout=self._limits.read_header_timeout or None,
-                )
-        except (OSError, TimeoutError, ConnectionError) as exc:  # ssl.SSLError is an OSError
-            log.debug("client %s: %s: %s", _peer(peer), type(exc).__name__, exc)
-            sock.close()
-            release()
-        except BaseException:
-            sock.close()
-            release()
-            raise
-        finally:
-            self._pending.discard(sock)
-
-    def _connection(self, release: Callable[[], None]) -> Connection:
+    def _wire(self, client: str, probes_only: bool) -> Wire:
         server = self._runner.server
         assert server is not None
-        return Connection(
+        limits = self._limits
+        if probes_only:
+            limits = replace(limits, read_header_timeout=OVERFLOW_TIMEOUT)
+        connection = Connection(
             server,
-            self._limits,
-            release,
+            limits,
+            probes_only=probes_only,
             loop=asyncio.get_running_loop(),
             access_log=None,
         )
+        return Wire(
+            connection,
+            client=client,
+            write_timeout=limits.write_timeout,
+            handshake_timeout=limits.read_header_timeout,
+            on_lost=self._lost,
+            tls=self._ssl_context,
+        )
 
-    async def _is_tls(self, sock: socket.socket, peer: object) -> bool:
-        """Whether the client opens with a TLS record; plain HTTP gets Go's 400 here."""
-        start = await _peek(sock, 5, self._limits.read_header_timeout)
-        if start in HTTP_STARTS:
-            log.debug("client %s: plain HTTP on the TLS port; answered 400", _peer(peer))
-            with contextlib.suppress(OSError):
-                sock.send(HTTP_ON_TLS_PORT)
-            return False
-        return bool(start)
+    def _lost(self, wire: Wire) -> None:
+        self._table.remove(wire.client, wire)
+        self._overflow.discard(wire)
 
-
-async def _peek(sock: socket.socket, size: int, timeout: float) -> bytes:
-    """The first `size` bytes without consuming them, so TLS still sees its ClientHello; fewer
-    when the client opens with a TLS record or hangs up; TimeoutError after `timeout`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout if timeout else None
-    while True:
-        readable: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(sock.fileno(), _settle, readable)
+    async def _serve(self, sock: socket.socket, wire: Wire) -> None:
+        """Hand the socket to asyncio under its wire; the wire leaves the table when the
+        connection ends, whatever ends it."""
         try:
-            left = None if deadline is None else max(0.0, deadline - loop.time())
-            await asyncio.wait_for(readable, left)
-        finally:
-            loop.remove_reader(sock.fileno())
-        start = sock.recv(size, socket.MSG_PEEK)
-        if len(start) >= size or not start or start[0] == TLS_HANDSHAKE:
-            return start
-        await asyncio.sleep(0.02)  # a partial start of a request: wait for the rest
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: wire, sock)
+        except OSError as exc:
+            log.debug("client %s: %s: %s", wire.client, type(exc).__name__, exc)
+            sock.close()
+            self._lost(wire)
+        except BaseException:
+            sock.close()
+            self._lost(wire)
+            raise
 
 
 def _discard(sock: socket.socket) -> None:
@@ -250,7 +243,3 @@ async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
             sock.close()
         raise
     return sockets
-
-
-def _peer(peer: object) -> str:
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

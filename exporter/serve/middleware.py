@@ -9,14 +9,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Final
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
+
+from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares, client_address
+from kube_gpu_exporter.exporter.serve.connection import RETRY_AFTER_SECONDS, dress
 
 __all__ = ["BasicAuth", "CheckPassword", "headers_hook"]
 
@@ -25,39 +29,48 @@ CheckPassword = Callable[[bytes, bytes], bool]
 
 BCRYPT_MAX_PASSWORD: Final = 72  # bcrypt reads no further; Go's bcrypt refuses longer ones
 REFUSED_CACHE_SIZE: Final = 1024  # remembered wrong (user, password) pairs
-MAX_PENDING_CHECKS: Final = 8  # distinct checks running or queued; beyond them, a quick 503
+# Distinct checks running or queued: from suspect addresses in all (then a quick 503), from
+# any one address (then 429), and, as a last resort, from addresses that are not suspects.
+MAX_PENDING_CHECKS: Final = 8
+MAX_PENDING_PER_CLIENT: Final = 2
+MAX_PENDING_TRUSTED: Final = 64
+SUSPECTS: Final = 4096  # addresses remembered for their last failed check
 
 
 def headers_hook(
     headers: Mapping[str, str],
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """An `on_response_prepare` hook adding `headers` to every response the app sends: a
-    middleware cannot reach a response its handler has already started streaming (/metrics),
-    the hook runs inside `prepare` itself. As in exporter-toolkit the configured value is a
-    default a handler may override."""
+    """An `on_response_prepare` hook dressing every response the app sends (`dress`: the
+    configured headers, no Server header): a middleware cannot reach a response its handler
+    has already started streaming (/metrics), the hook runs inside `prepare` itself."""
 
     async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
-        for name, value in headers.items():
-            response.headers.setdefault(name, value)
+        dress(response, headers)
 
     return add_headers
 
 
 class BasicAuth:
     """HTTP basic auth against bcrypt hashes, which no flood of wrong passwords can turn into a
-    lockout of Prometheus.
+    lockout of Prometheus, whichever addresses it comes from.
 
     bcrypt costs tens of milliseconds by design, so, as exporter-toolkit does, outcomes are
     cached by user and the SHA-256 of the password (compared in constant time): successes per
     user (Prometheus sends the same credentials every scrape), failures in a bounded LRU apart,
     so a flood of distinct guesses evicts only other guesses. Both caches are read before any
-    lock, so a cached scraper never waits behind a bcrypt check. Checks run one at a time off
+    queue, so a cached scraper never waits behind a bcrypt check. Checks run one at a time off
     the event loop (exporter-toolkit's bcryptMtx: a flood costs one core, not all); requests
-    with the same credentials share one check; at most MAX_PENDING_CHECKS distinct ones run or
-    wait, and beyond them a request gets a quick 503 instead of a place in an unbounded queue.
-    This middleware runs outside the scrape bound, so none of this takes a `--web.max-requests`
-    slot. Passwords over 72 bytes never match (Go's bcrypt refuses them; ours would compare
-    their first 72 bytes).
+    with the same credentials share one check.
+
+    Failures cost the failing address, not the others (`CheckTurns`): an address whose last
+    check failed, or which has one under way, is a suspect, and its checks wait behind those of
+    every address that is not (Prometheus' first scrape after a restart waits for the check
+    under way and those of addresses never seen before, one each), and take turns with the
+    other suspects' by address. Pending checks are shared per address
+    (MAX_PENDING_PER_CLIENT, then 429) and, for suspects, in all (MAX_PENDING_CHECKS, then 503),
+    both with Retry-After, instead of an unbounded queue. This middleware runs outside the
+    scrape bound, so none of this takes a `--web.max-requests` slot. Passwords over 72 bytes
+    never match (Go's bcrypt refuses them; ours would compare their first 72 bytes).
     """
 
     def __init__(
@@ -69,7 +82,11 @@ class BasicAuth:
         self._verified: dict[str, bytes] = {}
         self._refused: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._checking: dict[tuple[str, bytes], asyncio.Future[bool | None]] = {}
-        self._lock = asyncio.Lock()
+        self._suspects: OrderedDict[str, None] = OrderedDict()  # addresses, last check failed
+        self._per_client = Shares(0, MAX_PENDING_PER_CLIENT)
+        self._suspect_checks = Shares(MAX_PENDING_CHECKS, 0)
+        self._trusted_checks = Shares(MAX_PENDING_TRUSTED, 0)
+        self._turns = CheckTurns()
         # Unknown users are checked against the costliest configured hash so they take as long
         # as known ones (no user enumeration by timing); they can never pass, match or not.
         self._decoy = max(users.values(), key=lambda hashed: int(hashed[4:6]))
@@ -80,17 +97,21 @@ class BasicAuth:
         if request.path in self._public_paths:
             return await handler(request)
         credentials = _parse_basic_auth(request.headers.get(hdrs.AUTHORIZATION, ""))
-        verdict = await self._authenticate(*credentials) if credentials else False
-        if verdict:
+        client = client_address(request.transport and request.transport.get_extra_info("peername"))
+        verdict = await self._authenticate(client, *credentials) if credentials else False
+        if verdict is True:
             return await handler(request)
-        if verdict is None:
-            return web.Response(status=503, text="too many password checks in progress\n")
+        if verdict is Refusal.CLIENT:
+            return _retry_later(429, "too many password checks from your address\n")
+        if verdict is Refusal.TOTAL or verdict is None:
+            return _retry_later(503, "too many password checks in progress\n")
         return web.Response(
             status=401, text="Unauthorized\n", headers={hdrs.WWW_AUTHENTICATE: "Basic"}
         )
 
-    async def _authenticate(self, user: str, password: bytes) -> bool | None:
-        """True or False; None when too many checks are already waiting."""
+    async def _authenticate(self, client: str, user: str, password: bytes) -> bool | Refusal | None:
+        """True or False; a Refusal when too many checks are already waiting; None when the
+        shared check was cancelled."""
         if len(password) > BCRYPT_MAX_PASSWORD:
             return False
         digest = hashlib.sha256(password).digest()
@@ -101,25 +122,48 @@ class BasicAuth:
         running = self._checking.get(key)
         if running is not None:  # the same credentials are being checked: share that check
             return await asyncio.shield(running)
-        if len(self._checking) >= MAX_PENDING_CHECKS:
-            return None
+        # A suspect: its last check failed, or it has one under way (a new address gets one
+        # check ahead of the suspects, not one per connection it opens).
+        suspect = client in self._suspects or self._per_client.held(client) > 0
+        pending = self._suspect_checks if suspect else self._trusted_checks
+        refusal = self._per_client.take(client)
+        if refusal is not None:
+            return refusal
+        refusal = pending.take(client)
+        if refusal is not None:
+            self._per_client.give_back(client)
+            return refusal
         loop = asyncio.get_running_loop()
         verdict: asyncio.Future[bool | None] = loop.create_future()
         self._checking[key] = verdict
         try:
-            async with self._lock:
+            async with self._turns.turn(client, suspect):
                 hashed = self._users.get(user)
                 matched = await loop.run_in_executor(
                     None, self._check, password, hashed or self._decoy
                 )
             matched = matched and hashed is not None
             self._remember(user, digest, matched)
+            self._judge(client, matched)
             verdict.set_result(matched)
             return matched
         finally:
             if not verdict.done():  # cancelled: those sharing it may ask again
                 verdict.set_result(None)
             del self._checking[key]
+            self._per_client.give_back(client)
+            pending.give_back(client)
+
+    def _judge(self, client: str, matched: bool) -> None:
+        """A failed check makes its address a suspect (remembered for SUSPECTS addresses), a
+        successful one clears it."""
+        if matched:
+            self._suspects.pop(client, None)
+            return
+        self._suspects[client] = None
+        self._suspects.move_to_end(client)
+        while len(self._suspects) > SUSPECTS:
+            self._suspects.popitem(last=False)
 
     def _check(self, password: bytes, hashed: bytes) -> bool:
         try:
@@ -144,6 +188,65 @@ class BasicAuth:
         self._refused[(user, digest)] = None
         while len(self._refused) > REFUSED_CACHE_SIZE:
             self._refused.popitem(last=False)
+
+
+class CheckTurns:
+    """Whose bcrypt check runs next, one at a time: those of addresses that are not suspects
+    first, in order of arrival; then the suspects', one address after another."""
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._trusted: deque[asyncio.Future[None]] = deque()
+        self._suspects: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, client: str, suspect: bool) -> AsyncIterator[None]:
+        await self._wait(client, suspect)
+        try:
+            yield
+        finally:
+            self._next()
+
+    async def _wait(self, client: str, suspect: bool) -> None:
+        if not self._busy:
+            self._busy = True
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._suspects.setdefault(client, deque()) if suspect else self._trusted
+        queue.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._next()  # our turn came as we were cancelled: pass it on
+            else:
+                queue.remove(waiter)
+                if suspect and not queue:
+                    self._suspects.pop(client, None)
+            raise
+
+    def _next(self) -> None:
+        while self._trusted:
+            waiter = self._trusted.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        while self._suspects:
+            client, queue = next(iter(self._suspects.items()))
+            waiter = queue.popleft()
+            del self._suspects[client]
+            if queue:
+                self._suspects[client] = queue  # the back of the line, behind the others
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._busy = False
+
+
+def _retry_later(status: int, text: str) -> web.Response:
+    return web.Response(
+        status=status, text=text, headers={hdrs.RETRY_AFTER: str(RETRY_AFTER_SECONDS)}
+    )
 
 
 def _parse_basic_auth(header: str) -> tuple[str, bytes] | None:

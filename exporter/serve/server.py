@@ -16,7 +16,9 @@ from aiohttp.typedefs import Handler, Middleware
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.exposition.families import device_labels
+from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares, client_address
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
+from kube_gpu_exporter.exporter.serve.connection import RETRY_AFTER_SECONDS
 from kube_gpu_exporter.exporter.serve.middleware import headers_hook
 
 
@@ -48,33 +50,42 @@ LOOP_KEY: web.AppKey[Source] = web.AppKey("collection")
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 
 
-def concurrency_limit(limit: int) -> Middleware:
-    """Bound concurrent requests (exporter-toolkit's --web.max-requests); 503 beyond it.
+def concurrency_limit(limit: int, per_client: int = 0) -> Middleware:
+    """Bound concurrent requests (exporter-toolkit's --web.max-requests), in all and per client
+    address (--web.max-requests-per-client): 503 beyond the first, 429 beyond the second, both
+    with Retry-After.
 
-    A slot is held until the response's last byte is in the kernel: `metrics` writes and
-    drains inside its handler, and the connection pauses the writer while anything is unsent
-    (connection.py). Clients that never read thus hold their slots and the rest get fast 503s,
-    instead of unread bodies piling up in memory. This is the innermost middleware: basic auth
-    runs outside it, so bcrypt work and wrong passwords never take a slot from a scraper with
-    good credentials. Probes are never refused, so a flood cannot make the kubelet restart a
-    healthy exporter.
+    A slot covers the handler only. /metrics queues pre-rendered bytes that the connection's
+    wire hands to the kernel as the client reads (wire.py), so a client that never reads holds
+    its connection, not a slot, and no number of them can take the slots a scraper needs. This
+    is the innermost middleware: basic auth runs outside it, so bcrypt work and wrong passwords
+    never take a slot from a scraper with good credentials. Probes are never refused, so a
+    flood cannot make the kubelet restart a healthy exporter.
     """
-    in_flight = 0
+    shares = Shares(limit, per_client if limit else 0)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        nonlocal in_flight
         if request.path in PROBE_PATHS or not limit:
             return await handler(request)
-        if in_flight >= limit:
-            return web.Response(status=503, text="too many concurrent requests\n")
-        in_flight += 1
+        client = client_address(request.transport and request.transport.get_extra_info("peername"))
+        refusal = shares.take(client)
+        if refusal is Refusal.CLIENT:
+            return _retry_later(429, "too many concurrent requests from your address\n")
+        if refusal is Refusal.TOTAL:
+            return _retry_later(503, "too many concurrent requests\n")
         try:
             return await handler(request)
         finally:
-            in_flight -= 1
+            shares.give_back(client)
 
     return middleware
+
+
+def _retry_later(status: int, text: str) -> web.Response:
+    return web.Response(
+        status=status, text=text, headers={hdrs.RETRY_AFTER: str(RETRY_AFTER_SECONDS)}
+    )
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -187,13 +198,14 @@ def build_app(
     max_requests: int = 40,
     middlewares: Iterable[Middleware] = (),
     headers: Mapping[str, str] | None = None,
+    max_requests_per_client: int = 0,
 ) -> web.Application:
     """The app. `middlewares` (basic auth) run outside the concurrency bound; `headers` (the
     web config's) go on every response the app prepares, /metrics' streamed one and the
-    middlewares' 401 and 503 included."""
-    app = web.Application(middlewares=[*middlewares, concurrency_limit(max_requests)])
-    if headers:
-        app.on_response_prepare.append(headers_hook(headers))
+    middlewares' 401 and 503 included, and none has a Server header."""
+    limit = concurrency_limit(max_requests, max_requests_per_client)
+    app = web.Application(middlewares=[*middlewares, limit])
+    app.on_response_prepare.append(headers_hook(headers or {}))
     app[LOOP_KEY] = loop
     app[PATH_KEY] = telemetry_path
     app.router.add_get(telemetry_path, metrics)  # HEAD too

@@ -39,7 +39,14 @@ async def start_site(
     """Serve `source` as the web flags (`add_web_flags`) and the web config say; the runner
     to clean up at exit. A port in use or an address not ours is an InputError (exit 2)."""
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
-    app = build_app(source, args.telemetry_path, args.max_requests, middlewares, web_config.headers)
+    app = build_app(
+        source,
+        args.telemetry_path,
+        args.max_requests,
+        middlewares,
+        web_config.headers,
+        max_requests_per_client=args.max_requests_per_client,
+    )
     runner = web.AppRunner(
         app, handle_signals=False, access_log=None, shutdown_timeout=DRAIN_SECONDS
     )
@@ -50,6 +57,9 @@ async def start_site(
         idle_timeout=args.idle_timeout,
         write_timeout=args.write_timeout,
         max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client,
+        headers=web_config.headers,
+        probe_paths=PROBE_PATHS,
     )
     site = Listener(runner, host, port, limits, ssl_context=web_config.ssl_context)
     try:

@@ -61,6 +61,8 @@ def test_idle_keep_alive_connections_are_closed_after_the_idle_timeout(tmp_path:
 
 
 def test_connections_over_the_cap_are_refused(tmp_path: Path) -> None:
+    """One address alone fills the cap of 4: its next connection gets 429 (its own share is
+    the whole cap here); a new address displaces one of its connections instead."""
     args = ["--simulate", DEMO, "--web.max-connections=4", "--web.read-header-timeout=10m"]
     with run_exporter(args, tmp_path) as exporter:
         # Four connections served and kept open (retried while the exporter may still count
@@ -73,17 +75,20 @@ def test_connections_over_the_cap_are_refused(tmp_path: Path) -> None:
             answer = extra.recv(4096)
         except ConnectionResetError:
             answer = b""
-        assert answer == b"" or answer.startswith(b"HTTP/1.1 503 "), answer
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 429 "), answer
         assert closed_by_peer(extra, GRACE)
+        other = served(exporter.port, source="127.0.0.2")
+        assert other is not None, "a new address was refused while one address held the cap"
+        other.close()
         for sock in held:
             sock.close()
         # Once they are gone, new connections are served again.
         wait_until(lambda: exporter.get()[0] == 200, what="a connection under the cap")
 
 
-def served(port: int) -> socket.socket | None:
+def served(port: int, source: str = "127.0.0.1") -> socket.socket | None:
     """A connection that got a 200 and stays open; None if it was refused."""
-    sock = connect(port)
+    sock = connect(port, source=source)
     sock.sendall(GET_METRICS)
     try:
         if Reader(sock).response().status == 200:

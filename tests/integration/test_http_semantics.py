@@ -226,3 +226,61 @@ def test_a_request_with_a_body_is_answered_and_ends_the_connection(tmp_path: Pat
         empty = b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
         sock.sendall(empty + request("GET", "/healthz"))
         assert [reader.response().status, reader.response().status] == [405, 200]
+
+
+def test_every_answer_has_the_configured_headers_and_no_server_header(tmp_path: Path) -> None:
+    """The answers made below the app too: aiohttp's 400, the 431 for a head too large, the
+    429 of an address over its connection share and the 503 of the overflow, which still
+    answers /healthz. Before, those lacked the configured headers and aiohttp's named the
+    Python and aiohttp versions in a Server header (as every answer did)."""
+    config = tmp_path / "web.yml"
+    config.write_text(HEADERS_CONFIG)
+    args = ["--simulate", DEMO, f"--web.config.file={config}", "--web.max-connections=2"]
+    args += ["--web.max-connections-per-client=1", "--web.read-header-timeout=10m"]
+    with run_exporter(args, tmp_path) as exporter:
+        answers = {}
+        for name, sent in [
+            ("200", request("GET", "/metrics")),
+            ("404", request("GET", "/nowhere")),
+            ("400", b"GET /metrics HTTP/1.1\r\nBad header line\r\n\r\n"),
+            ("431", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 40_000 + b"\r\n\r\n"),
+        ]:
+            sock = connect(exporter.port)
+            sock.sendall(sent)
+            answers[name] = Reader(sock).response()
+            sock.close()
+        # Two addresses hold the two connections; a third meets the overflow.
+        held = [connect(exporter.port, source=source) for source in ("127.0.0.2", "127.0.0.3")]
+        for sock in held:
+            sock.sendall(request("GET", "/healthz"))
+            assert Reader(sock).response().status == 200
+        over_share = connect(exporter.port, source="127.0.0.2")
+        over_share.sendall(request("GET", "/metrics"))
+        answers["429"] = Reader(over_share).response()
+        for path, name in (("/metrics", "503"), ("/healthz", "overflow probe")):
+            sock = connect(exporter.port, source="127.0.0.4")
+            sock.sendall(request("GET", path))
+            answers[name] = Reader(sock).response()
+            sock.close()
+    assert {name: answer.status for name, answer in answers.items()} == {
+        "200": 200, "404": 404, "400": 400, "431": 431, "429": 429, "503": 503,
+        "overflow probe": 200,
+    }  # fmt: skip
+    for name, answer in answers.items():
+        assert "server" not in answer.headers, (name, answer.headers)
+        for header, value in CONFIGURED.items():
+            assert answer.headers.get(header) == value, (name, answer.headers)
+    for name in ("429", "503"):
+        assert answers[name].headers["retry-after"] == "1"
+
+
+def test_a_request_head_of_30_kib_is_served(tmp_path: Path) -> None:
+    """A long bearer token or cookie: up to 32 KiB of head (nginx's default) is served, where
+    8 KiB was the limit before; beyond it, 431."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        sock.sendall(request("GET", "/healthz", {"Authorization": "Bearer " + "t" * 30_000}))
+        assert reader.response().status == 200
+        sock.sendall(request("GET", "/healthz", {"Authorization": "Bearer " + "t" * 33_000}))
+        assert reader.response().status == 431
