@@ -1,13 +1,21 @@
 """Alertmanager inhibit rules: one notification per root cause.
 
-A lost GPU also raises its Xid 79, its pod's idle alert and the node's "not advertised"; an
-overheating GPU also throttles; an uncorrectable ECC error comes with Xid 48; an exporter that
-is down or blind makes every GPU alert of its node meaningless. Each pair below lets the cause
-silence its consequences while the cause fires, matched on the labels that tie them to the
-same GPU (`uuid` and the node) or the same node — and the cluster when there are several, so
-one cluster's fault never silences another's. When the cause resolves, the consequences that
-still hold notify as usual; a consequence silenced while its cause fired sends no misleading
-"resolved".
+A lost GPU also raises its Xid 79, its workload's idle alert and the node's "not advertised";
+an overheating GPU also throttles; an uncorrectable ECC error comes with Xid 48; an exporter
+that is down or blind makes every GPU alert of its node meaningless. Each pair below lets the
+cause silence its consequences while the cause fires, matched on the labels that tie them to
+the same GPU (`uuid` and the node), the same node, or the same workload — and the cluster when
+there are several, so one cluster's fault never silences another's. When the cause resolves,
+the consequences that still hold notify as usual; a consequence silenced while its cause fired
+sends no misleading "resolved".
+
+A rule can only silence alerts that carry its `equal` labels. The idle alert is one per
+workload, with no node or GPU: a lost GPU reaches it through its holder's labels, which GPULost
+carries where one pod holds the GPU (`Query.with_holder`, its `workload` named as the idle
+alert names it) — so a time-sliced GPU's loss does not silence its sharers' idle alerts, and a
+down exporter does not silence the idle alerts of its node's workloads (they resolve after
+`keep_firing_for`). tests/unit/test_inhibitions.py holds every rule to the labels the alerts
+really carry.
 
 `generate` writes them to alertmanager-inhibit-rules.yaml for the `inhibit_rules:` section of
 an Alertmanager configuration (kube-prometheus keeps its own there too); the demo's
@@ -19,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from kube_gpu_exporter.rules.alerts import GROUPS
+from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.promql import Query
 from kube_gpu_exporter.rules.settings.view import ConfigView
 
@@ -28,6 +37,9 @@ NODE_CAPACITY = ("GPUNotAdvertised", "GPUPartiallyAdvertised")
 # GPU has no series left for GPULost to fire on.
 NODE_COUNTS = ("GPUMissing",)
 BLIND_EXPORTER = ("KubeGpuExporterDown", "KubeGpuExporterNvmlDown", "KubeGpuExporterStale")
+# One alert per workload, keyed by its namespace and `workload` (and `owner_kind` where the
+# exporter watches pods), not by node or GPU.
+WORKLOAD_ALERTS = (GPU_ALLOCATED_IDLE.name,)
 # Xids that an uncorrectable ECC error raises by itself (double-bit error, containment).
 ECC_XIDS = "48|94|95"
 
@@ -41,13 +53,24 @@ def inhibit_rules(cfg: ConfigView) -> list[dict[str, Any]]:
     q = Query(cfg)
     node = [*q.cluster, q.node_label]
     device = [*node, "uuid"]
-    on_a_gpu = [s.name for g, specs in GROUPS if g in DEVICE_GROUPS for s in specs]
+    on_a_gpu = [
+        s.name
+        for g, specs in GROUPS
+        if g in DEVICE_GROUPS
+        for s in specs
+        if s.name not in WORKLOAD_ALERTS
+    ]
     consequences = [name for name in on_a_gpu if name != "GPULost"]
     return [
         {
             "source_matchers": ['alertname="GPULost"'],
             "target_matchers": [f'alertname=~"{_names(consequences)}"'],
             "equal": list(device),
+        },
+        {
+            "source_matchers": ['alertname="GPULost"'],
+            "target_matchers": [f'alertname=~"{_names(WORKLOAD_ALERTS)}"'],
+            "equal": [*q.cluster, "namespace", "workload"],
         },
         {
             "source_matchers": ['alertname="GPULost"'],

@@ -30,8 +30,17 @@ PROMETHEUS_METRICS: tuple[str, ...] = ("up",)
 
 POD_LABELS: tuple[str, ...] = ("namespace", "pod")
 # What names a device's holder on an alert: its pod, and the pod's workload where the exporter
-# watches pods (`owner_kind`/`owner_name` are absent otherwise, and then not joined).
-HOLDER_LABELS: tuple[str, ...] = (*POD_LABELS, "owner_kind", "owner_name")
+# watches pods (`owner_kind`/`owner_name` are absent otherwise, and then not joined), and
+# `workload` as the per-workload alerts name it (`with_workload`), so that an inhibit rule can
+# tie a device alert to the workload alert of the same holder.
+HOLDER_LABELS: tuple[str, ...] = (*POD_LABELS, "owner_kind", "owner_name", "workload")
+
+
+def with_workload(held: str) -> str:
+    """`held` (series with `pod` and, where the exporter watches pods, `owner_name`) with a
+    `workload` label: the owner's name (a Deployment, not its ReplicaSet), else the pod's."""
+    by_pod = f'label_replace({held}, "workload", "$1", "pod", "(.+)")'
+    return f'label_replace(\n  {by_pod},\n  "workload", "$1", "owner_name", "(.+)"\n)'
 
 
 def by(labels: tuple[str, ...]) -> str:
@@ -160,7 +169,8 @@ class Query:
         joined on where exactly one pod holds the device, so that the alert routes to the team
         using it; a device several pods share, or none holds, keeps its series as it is (its
         description lists the holders instead: `alert_text.holders`)."""
-        held = agg("max", (*self.device, *HOLDER_LABELS), self.sel(c.ALLOCATION_INFO))
+        owners = (*POD_LABELS, "owner_kind", "owner_name")
+        held = with_workload(agg("max", (*self.device, *owners), self.sel(c.ALLOCATION_INFO)))
         sole = f"{held}\n  and {self.on(self.device)}\n{agg('count', self.device, held)} == 1"
         return (
             f"(\n{device_expr}\n)\n"

@@ -102,6 +102,14 @@ class World:
     def dev_out(self, node: str, gpu: int, **extra: str) -> dict[str, str]:
         return {**self.node_out(node), "gpu": str(gpu), "uuid": uuid(node, gpu), **extra}
 
+    def held_out(
+        self, node: str, gpu: int, namespace: str, pod: str, **owner: str
+    ) -> dict[str, str]:
+        """Labels of a device alert on a GPU one pod holds (`Query.with_holder`): the pod, its
+        owner where given, and its `workload` as the workload alerts name it."""
+        workload = owner.get("owner_name", pod)
+        return self.dev_out(node, gpu, namespace=namespace, pod=pod, workload=workload, **owner)
+
     def pod(self, node: str, gpu: int, namespace: str, pod: str) -> dict[str, str]:
         return self.dev(node, gpu, namespace=namespace, pod=pod, container="main")
 

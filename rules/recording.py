@@ -28,7 +28,7 @@ from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.model import RecordingRule, RuleGroup
-from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
+from kube_gpu_exporter.rules.promql import Query, agg, fmt_number, with_workload
 from kube_gpu_exporter.rules.record_names import names
 from kube_gpu_exporter.rules.settings.view import ConfigView
 
@@ -63,9 +63,9 @@ def utilization_group(q: Query) -> RuleGroup:
 def holds(q: Query) -> str:
     """One series per pod's hold on a device, with its workload: `workload` is the owner's
     name where the exporter watches pods (a Deployment, not its ReplicaSet), else the pod's."""
-    held = agg("max", (*q.allocation, "owner_kind", "owner_name"), q.sel(c.ALLOCATION_INFO))
-    by_pod = f'label_replace({held}, "workload", "$1", "pod", "(.+)")'
-    return f'label_replace(\n  {by_pod},\n  "workload", "$1", "owner_name", "(.+)"\n)'
+    return with_workload(
+        agg("max", (*q.allocation, "owner_kind", "owner_name"), q.sel(c.ALLOCATION_INFO))
+    )
 
 
 def activity(q: Query, window: str) -> str:

@@ -15,6 +15,7 @@ from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
     Firing,
+    Series,
     World,
     edges,
     minutes,
@@ -170,15 +171,26 @@ def _lost_rule(a: LostAlert, q: Query) -> AlertText:
     )
 
 
+# A lost GPU held by one pod of a Deployment: GPULost names the holder as the workload alerts
+# do (`workload`), which is how the generated inhibit rule silences its idle alert.
+LOST_HOLDER = {"namespace": "team-c", "pod": "train-x"}
+LOST_HOLDER_OWNER = {"owner_kind": "Deployment", "owner_name": "train"}
+
+
 def _lost_case(a: LostAlert, w: World) -> Case:
     n = minutes(a.for_) + 10
     mig = w.dev("a", 0) | {"uuid": "MIG-a-0-1", "parent_uuid": uuid("a", 0)}
+    held = w.pod("a", 2, **LOST_HOLDER) | LOST_HOLDER_OWNER
     series = (
         s(c.GPU_UP, w.dev("a", 0), steady(0, n)),
         s(c.GPU_UP, mig, steady(0, n)),  # goes with its parent: no alert of its own
         s(c.GPU_UP, w.dev("a", 1), steady(1, n)),
+        s(c.GPU_UP, w.dev("a", 2), steady(0, n)),
+        Series(c.ALLOCATION_INFO.name, held, steady(1, n)),
     )
-    return Case(series, edges(a.for_, (Firing(w.dev("a", 0), 0),)))
+    holder = w.held_out("a", 2, **LOST_HOLDER, **LOST_HOLDER_OWNER)
+    firing = (Firing(w.dev("a", 0), 0), Firing(w.dev("a", 2) | holder, 0, (LOST_HOLDER,)))
+    return Case(series, edges(a.for_, firing))
 
 
 def _lost_runbook(a: LostAlert, q: Query) -> Runbook:

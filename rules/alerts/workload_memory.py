@@ -143,7 +143,7 @@ def _near_full_case(a: MemoryAlert, w: World) -> Case:
         ),
         Firing(w.dev_out("a", 1), full / TOTAL),  # no pod holds it: still alerts
         Firing(
-            w.dev_out("a", 4, namespace="team-b", pod="infer-0", **owner),
+            w.held_out("a", 4, "team-b", "infer-0", **owner),
             full / TOTAL,
             ({"namespace": "team-b", "pod": "infer-0"},),
         ),
@@ -284,7 +284,7 @@ def _filling_case(a: FillingUpAlert, w: World) -> Case:
     def firing(minute: int) -> tuple[Firing, ...]:
         return (
             Firing(
-                w.dev_out("a", 0, namespace="team-a", pod="leaky-0"),
+                w.held_out("a", 0, "team-a", "leaky-0"),
                 (ttf - minute) * 60,
                 ({"namespace": "team-a", "pod": "leaky-0"},),
             ),

@@ -1,9 +1,12 @@
 """The generated inhibit rules on Debian's real Alertmanager: one notification per cause.
 
 Alerts are posted to Alertmanager's API as Prometheus would send them; the webhook receiver
-records what reaches people. A lost GPU with its Xid 79, its idle pod and its node's missing
-device must notify once; an overheating GPU's throttling, an ECC error's Xid 48 and a down
-exporter's GPU alerts stay silent; the same kind of alert on another GPU or node still comes.
+records what reaches people. A lost GPU with its Xid 79, its holder's idle workload alert and
+its node's missing device must notify once; an overheating GPU's throttling, an ECC error's
+Xid 48 and a down exporter's GPU alerts stay silent; the same kind of alert on another GPU,
+node or workload still comes. The lost GPU and the idle workload carry exactly the labels
+their promtool cases prove the generated rules give them — the idle alert is one per
+workload, with no node or GPU label to match on.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_gpu_exporter.rules.alerts import SPECS
+from kube_gpu_exporter.rules.alerts.device_faults import LOST_HOLDER
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
+from kube_gpu_exporter.rules.promtool_cases import World
 from prometheus_server import ready
 from support import free_port, wait_until
 from webhook_receiver import Webhook
@@ -31,15 +37,40 @@ DEVICE = {"job": "kube-gpu-exporter", "gpu": "0"}
 
 
 def alert(name: str, **labels: str) -> dict[str, Any]:
-    now = datetime.datetime.now(datetime.UTC).isoformat()
-    return {"labels": {"alertname": name, **DEVICE, **labels}, "startsAt": now}
+    return raised(name, {**DEVICE, **labels})
 
+
+def raised(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    return {"labels": {"alertname": name, **labels}, "startsAt": now}
+
+
+def proven(name: str, **match: str) -> dict[str, str]:
+    """The labels alert `name` fires with in its promtool case, where they include `match`."""
+    w = World(Config())
+    (spec,) = [s for s in SPECS if s.name == name]
+    found = [
+        dict(f.labels)
+        for check in spec.case(w).checks
+        for f in check.firing
+        if match.items() <= dict(f.labels).items()
+    ]
+    assert found, (name, match)
+    return found[0]
+
+
+# GPU X on node n1 is lost while one pod holds it; its workload's idle alert (one per
+# workload: no node, no GPU) is a consequence, another workload's is not.
+LOST = proven("GPULost", pod=LOST_HOLDER["pod"])
+IDLE_HOLDER = proven("GPUAllocatedIdle", workload=LOST["workload"])
+IDLE_OTHER = proven("GPUAllocatedIdle", workload="notebook-0")
 
 POSTED = [
     # GPU X on node n1 is lost: everything else about it and its node is a consequence.
-    alert("GPULost", instance="n1", uuid="X"),
+    raised("GPULost", LOST | {"instance": "n1", "uuid": "X"}),
     alert("GPUXidErrors", instance="n1", uuid="X", xid="79"),
-    alert("GPUAllocatedIdle", instance="n1", uuid="X", namespace="lab", pod="nb-0"),
+    raised("GPUAllocatedIdle", IDLE_HOLDER),
+    raised("GPUAllocatedIdle", IDLE_OTHER),
     alert("GPUPartiallyAdvertised", instance="n1"),
     # GPU Y on n1 overheats and therefore throttles.
     alert("GPUTemperatureHigh", instance="n1", uuid="Y"),
@@ -48,9 +79,9 @@ POSTED = [
     alert("GPUEccUncorrectable", instance="n2", uuid="Z"),
     alert("GPUXidErrors", instance="n2", uuid="Z", xid="48"),
     alert("GPUXidErrors", instance="n2", uuid="W", xid="79"),
-    # n3's exporter is down: its last GPU alert says nothing.
+    # n3's exporter is down: its last GPU alerts say nothing.
     alert("KubeGpuExporterDown", instance="n3"),
-    alert("GPUAllocatedIdle", instance="n3", uuid="V", namespace="ml", pod="train-0"),
+    alert("GPUThermalThrottling", instance="n3", uuid="V"),
     alert("GPUMissing", instance="n3"),
     # n4 lost a GPU from NVML's list: nothing silences that.
     alert("GPUMissing", instance="n4"),
@@ -62,6 +93,7 @@ EXPECTED = {
     ("GPUXidErrors", "W"),
     ("KubeGpuExporterDown", "n3"),
     ("GPUMissing", "n4"),
+    ("GPUAllocatedIdle", IDLE_OTHER["workload"]),
 }
 
 
@@ -111,9 +143,10 @@ def delivered(hook: Webhook) -> set[tuple[str, str]]:
 
 
 def _key(alert: dict[str, Any]) -> tuple[str, str]:
-    """(alertname, the GPU's uuid); a node alert, which has no uuid, by its node."""
+    """(alertname, the GPU's uuid); a node alert, which has no uuid, by its node; a workload
+    alert, which has neither, by its workload."""
     labels = alert["labels"]
-    return labels["alertname"], labels.get("uuid") or labels["instance"]
+    return labels["alertname"], labels.get("uuid") or labels.get("instance") or labels["workload"]
 
 
 def _post(url: str, alerts: list[dict[str, Any]]) -> None:

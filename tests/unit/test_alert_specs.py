@@ -125,7 +125,7 @@ def test_xid_defaults_are_the_catalogs() -> None:
 
 
 # Per-device alerts join the single holder themselves (memory) or through `holders=True`.
-HOLDER_JOIN = "group_left (namespace, pod, owner_kind, owner_name)"
+HOLDER_JOIN = "group_left (namespace, pod, owner_kind, owner_name, workload)"
 
 
 @pytest.mark.parametrize("group", ["kube-gpu-exporter.devices", "kube-gpu-exporter.workloads"])
