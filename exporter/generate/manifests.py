@@ -1,6 +1,7 @@
 """The cluster manifests `generate` writes next to the rules: Namespace, ServiceAccount, RBAC,
 a ResourceQuota for the priority class, the DaemonSet (daemonset.py), a headless Service, a
-ServiceMonitor, the cluster view's Deployment and RBAC (cluster_deployment.py), and a
+ServiceMonitor, the cluster view's Deployment and RBAC (cluster_deployment.py), when
+configured a NetworkPolicy (network_policy.py), and a
 kustomization.yaml that applies them with the PrometheusRule and the dashboard ConfigMaps in
 one `kubectl apply -k deploy/`.
 
@@ -28,6 +29,10 @@ from kube_gpu_exporter.exporter.generate.daemonset import (
     commented,
     daemonset_dict,
     daemonset_notes,
+)
+from kube_gpu_exporter.exporter.generate.network_policy import (
+    network_policy_dicts,
+    network_policy_notes,
 )
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.render import HEADER, dump_yaml
@@ -274,8 +279,9 @@ def kustomization(resources: Iterable[str]) -> str:
 
 
 def manifest_files(cfg: Config) -> dict[str, str]:
-    """The exporter's own manifests by file name, in the order they are applied."""
-    return {
+    """The exporter's own manifests by file name, in the order they are applied; the
+    NetworkPolicy only when a Prometheus selector is configured."""
+    files = {
         "namespace.yaml": _file([namespace_dict(cfg)], _NAMESPACE_NOTES),
         "serviceaccount.yaml": _file([serviceaccount_dict(cfg)]),
         "rbac.yaml": _file(rbac_dicts(cfg), _RBAC_NOTES),
@@ -291,3 +297,6 @@ def manifest_files(cfg: Config) -> dict[str, str]:
             CLUSTER_NOTES | _CLUSTER_SERVICEMONITOR_NOTES,
         ),
     }
+    for name, policy in network_policy_dicts(cfg).items():
+        files[name] = _file([policy], network_policy_notes(cfg))
+    return files

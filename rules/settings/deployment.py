@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from kube_gpu_exporter.rules.settings.network_policy import NetworkPolicySettings
 from kube_gpu_exporter.rules.settings.values import (
     QUALIFIED_NAME,
     FrozenModel,
@@ -109,3 +110,4 @@ class Deployment(FrozenModel):
         "/var/lib/kubelet/pod-resources"
     )
     scrape_interval: PositiveDuration = "30s"
+    network_policy: NetworkPolicySettings = NetworkPolicySettings()
