@@ -97,6 +97,8 @@ def test_shared_gpu_split_by_process_with_owners_and_labels(tmp_path: Path) -> N
                 lambda: values(exporter.metrics(), "kube_gpu_exporter_kubernetes_api_up") == [0],
                 what="the API marked down",
             )
-            assert values(exporter.metrics(), "nvidia_gpu_allocation_info", pod="notebook-a")
+            after = exporter.metrics()
+            assert values(after, "nvidia_gpu_allocation_info", pod="notebook-a") == [1]
+            assert values(after, "nvidia_gpu_allocation_info", pod="train-b") == [1]
             log = exporter.log()
     assert "Traceback" not in log

@@ -1064,7 +1064,10 @@ def test_openmetrics_scrapes_record_compat_counters_as_unknown(demo: DemoNode) -
     there the compat counters are `unknown` (the text format types them `counter`)."""
     metadata = demo.prom.api("metadata", metric="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
     assert [m["type"] for m in metadata["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]] == ["unknown"]
-    assert demo.prom.query("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[5s]) > 0")
+    rising = _gpus(demo.prom.query("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[5s]) > 0"))
+    assert set(rising) == set(demo.gpus) - set(
+        _gpus(demo.prom.query("DCGM_FI_DEV_POWER_USAGE == 0"))
+    )
 
 
 def _gpus(result: list[dict[str, Any]]) -> dict[str, tuple[dict[str, str], float]]:
@@ -1126,8 +1129,11 @@ def test_shared_gpu_once_without_pod_labels_mig_with_its_pod(demo: DemoNode) -> 
     # The partitioned GPU's own series: once, no MIG labels, no pod.
     (temp,) = demo.prom.query(f'DCGM_FI_DEV_GPU_TEMP{{gpu="{demo.partitioned}"}}')
     assert not {"GPU_I_ID", "pod"} & set(temp["metric"])
-    # Our own series are still served beside them.
-    assert demo.prom.query(f'nvidia_gpu_utilization_ratio{{gpu="{demo.trainer}"}}')
+    # Our own series are still served beside them, in our units (a ratio, not DCGM's %).
+    ours = demo.prom.query(f'nvidia_gpu_utilization_ratio{{gpu="{demo.trainer}"}}')
+    assert [r["value"] for r in ours] == [0.93]
+    (dcgm_util,) = demo.prom.query(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{demo.trainer}"}}')
+    assert dcgm_util["value"] == 93
 
 
 def test_prometheus_records_compat_counters_as_counters_from_the_text_format(
