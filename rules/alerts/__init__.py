@@ -4,7 +4,7 @@ One file per area keeps each alert's settings, rule, promtool cases and runbook 
 (kubernetes-mixin's alerts/<area>); an area too long for one file continues in a second. The
 rule groups, the `alerts:` section of the thresholds file, the promtool file and
 docs/runbooks.md all read the list below, so adding an alert is adding its spec to its area's
-SPECS (and its name to the README's alert list).
+SPECS (`generate` writes it into the README's alert list too).
 """
 
 from __future__ import annotations

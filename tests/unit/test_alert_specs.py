@@ -1,5 +1,5 @@
-"""Keeps "how to add an alert" true: one spec in rules/alerts/ (and a line in the README) is
-all it takes, and everything that must exist for an alert is checked to exist.
+"""Keeps "how to add an alert" true: one spec in rules/alerts/ (and `generate`) is all it
+takes, and everything that must exist for an alert is checked to exist.
 
 Every spec has promtool cases that fire and that do not, a runbook section in the generated
 docs/runbooks.md, an entry with its defaults in rules/thresholds.example.yaml, a key in the
