@@ -27,6 +27,7 @@ from kube_gpu_exporter.exporter.catalog.errors import (
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.rules.alerts import alert_groups
 from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.model import AlertRule
 from kube_gpu_exporter.rules.recording import recording_groups
 
 # The docs that carry blocks, relative to the folder `generate` writes deploy/ in.
@@ -50,7 +51,7 @@ def _alert_groups(cfg: Config) -> str:
     the README's list item continues (two spaces, four after the first line)."""
     lines = []
     for group in alert_groups(cfg):
-        names = ", ".join(rule.name for rule in group.rules)
+        names = ", ".join(rule.name for rule in group.rules if isinstance(rule, AlertRule))
         lines += textwrap.wrap(
             f"- `{group.name}`: {names}",
             WIDTH,
