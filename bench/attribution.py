@@ -211,6 +211,8 @@ def attribution_cpu(
 class _FixedSampler:
     """The collection loop's sampler, answering one stored NVML sample every cycle."""
 
+    simulated = False
+
     def __init__(self, node: NodeSample) -> None:
         self._node = node
 

@@ -139,6 +139,7 @@ class ExporterState:
     pod_resources_up: bool | None = None  # None: attribution disabled
     pod_resources_last_success: float = 0.0
     kubernetes_api_up: bool | None = None  # None: Kubernetes API disabled
+    simulated: bool = False  # the readings come from a scenario (`serve --simulate`), not NVML
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,13 @@ G, C = MetricType.GAUGE, MetricType.COUNTER
 X = Scope.EXPORTER
 
 BUILD_INFO = Metric(
-    "kube_gpu_exporter_build_info", G, "", "Version of the exporter; always 1.", X, ("version",)
+    "kube_gpu_exporter_build_info",
+    G,
+    "",
+    'Version of the exporter, and simulated="true" when it serves a scenario\'s invented '
+    "readings instead of NVML's (serve --simulate); always 1.",
+    X,
+    ("version", "simulated"),
 )
 NVML_UP = Metric(
     "kube_gpu_exporter_nvml_up", G, "", "1 if NVML is initialised and answering, 0 if not.", X

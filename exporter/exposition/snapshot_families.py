@@ -108,7 +108,7 @@ class SnapshotCollector:
         """The exporter's own health: NVML up, cycle duration and count, errors, kubelet."""
         state = self._snapshot.exporter
         values: list[tuple[c.Metric, dict[str, str], float]] = [
-            (c.BUILD_INFO, {"version": __version__}, 1),
+            (c.BUILD_INFO, {"version": __version__, "simulated": str(state.simulated).lower()}, 1),
             (c.NVML_UP, {}, int(self._snapshot.node.nvml_up)),
             (c.COLLECTION_DURATION, {}, state.collection_duration_seconds),
             (c.LAST_SUCCESS, {}, state.last_success_timestamp),

@@ -65,6 +65,8 @@ SESSION_ERRORS = frozenset(
 class NvmlSampler:
     """Samples every GPU and MIG instance; errors are isolated per device and per reading."""
 
+    simulated = False
+
     def __init__(
         self,
         rediscover_seconds: float = 60.0,

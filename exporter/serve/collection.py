@@ -53,6 +53,9 @@ def default_stall_timeout(interval: float) -> float:
 
 
 class Sampler(Protocol):
+    # True for a scenario played instead of NVML: its readings are invented.
+    simulated: bool
+
     def sample(self) -> NodeSample: ...
 
     def close(self) -> None: ...
@@ -209,7 +212,13 @@ class CollectionLoop:
         )
         last = self.latest
         if last is None:  # stuck before any cycle ended (nvmlInit itself)
-            state = ExporterState(0.0, self._last_success, self._collections, errors)
+            state = ExporterState(
+                0.0,
+                self._last_success,
+                self._collections,
+                errors,
+                simulated=self._sampler.simulated,
+            )
             snapshot = Snapshot(NodeSample(nvml_up=False), state, taken_at=time.time())
             self.latest = Rendered(snapshot, demand=self._demand)
             return
@@ -252,6 +261,7 @@ class CollectionLoop:
             pod_resources_up=attributed.pod_resources_up if attributed else None,
             pod_resources_last_success=attributed.pod_resources_last_success if attributed else 0,
             kubernetes_api_up=attributed.kubernetes_api_up if attributed else None,
+            simulated=self._sampler.simulated,
         )
         attribution = attributed.sample if attributed else None
         snapshot = Snapshot(

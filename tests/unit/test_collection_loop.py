@@ -23,6 +23,8 @@ NODE = node_sample(Scenario.parse("devices: [{uuid: GPU-a}, {uuid: GPU-b}]").sta
 class HangingSampler:
     """Answers NODE; while `answer` is clear, sample() and close() block as a hung call does."""
 
+    simulated = False
+
     def __init__(self) -> None:
         self.answer = threading.Event()
         self.answer.set()
