@@ -47,8 +47,10 @@ def device(q: Query) -> str:
 
 
 def go_string(text: str) -> str:
-    """`text` as a Go template string literal."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """`text` as a Go template string literal: a line break in it (a selector may span lines)
+    is written `\\n`, since Go's template lexer ends a literal at one."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
 def query_list(expr: str, keys: tuple[str, ...], sort_by: str, item: str, around: str) -> str:
