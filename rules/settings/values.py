@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from kube_gpu_exporter.exporter.units import parse_size
+from kube_gpu_exporter.rules.settings import go_regexp
+from kube_gpu_exporter.rules.settings.promql_string import unquote
 
 
 class FrozenModel(BaseModel):
@@ -52,11 +54,19 @@ def _check_positive_duration(value: str) -> str:
 
 # --- label matchers ------------------------------------------------------------------------------
 
-_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+# PromQL's spaces are these four (a form feed or a no-break space between matchers fails the
+# rule file), and a comma only separates: the queries append their own matchers after it.
+_SPACE = r"[ \t\n\r]*"
+_MATCHER = re.compile(
+    rf"{_SPACE}([a-zA-Z_][a-zA-Z0-9_]*){_SPACE}(=~|=){_SPACE}"
+    r'"((?:[^"\\]|\\.)*)"'
+    rf"{_SPACE}(,(?!{_SPACE}\Z)|\Z)"
+)
 
 
 def parse_matchers(text: str) -> list[tuple[str, str, str]]:
     """`job="a", env=~"p.*"` → [("job", "=", "a"), ("env", "=~", "p.*")]; [] if not matchers.
+    Values are as written, escapes and all: they go into queries and test series verbatim.
 
     Only `=` and `=~` are accepted: the generated promtool tests must be able to build input
     series that the selector selects, which needs a value for every matched label.
@@ -72,63 +82,33 @@ def parse_matchers(text: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def compile_regex(name: str, value: str) -> re.Pattern[str]:
-    """The regex of `name=~"value"`, compiled now so a bad one fails the load in one line that
-    names the label (Python's re.error is not a ValueError: it escaped as a traceback)."""
+def check_matcher(name: str, op: str, value: str) -> None:
+    """Raise ValueError, naming the matcher, for anything in `name<op>"value"` that would make
+    Prometheus refuse the rules: the metric name set twice, a string PromQL cannot read, a
+    regex that Go's regexp refuses (go_regexp.py: the real RE2 engine and Go's differences)."""
+    if name == "__name__":
+        raise ValueError("must not match on __name__: every query names its metric itself")
     try:
-        pattern = re.compile(value)
-    except re.error as exc:
-        where = f" at position {exc.pos}" if exc.pos is not None else ""
-        raise ValueError(f"the regex of {name}=~ is not valid: {exc.msg}{where}") from None
-    unsupported = _not_re2(value)
-    if unsupported:
-        raise ValueError(
-            f"the regex of {name}=~ uses {unsupported}, which Prometheus' RE2 does not support"
-        )
-    return pattern
-
-
-def _not_re2(value: str) -> str | None:
-    """What Python's re accepts and RE2 refuses, so Prometheus would reject the rule: lookaround,
-    backreferences, atomic groups, possessive quantifiers. Escapes and character classes are
-    skipped, so `\\1` or `[(?=]` are not mistaken for one."""
-    i, in_class = 0, False
-    while i < len(value):
-        c, after = value[i], value[i + 1 : i + 2]
-        if c == "\\":
-            if not in_class and after in tuple("123456789"):
-                return "a backreference"
-            i += 2
-        elif in_class:
-            in_class = c != "]"
-            i += 1
-        elif c == "[":
-            in_class = True
-            i += 1 + value.startswith("^", i + 1)
-            i += value.startswith("]", i)  # a ] first in a class is a literal
-        elif value.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
-            return "lookaround"
-        elif value.startswith(("(?>", "(?P="), i):
-            return "an atomic group or a backreference"
-        elif after == "+" and (c in "*+?" or (c == "}" and re.search(r"\{\d+(,\d*)?$", value[:i]))):
-            return "a possessive quantifier"
-        else:
-            i += 1
-    return None
+        unquoted = unquote(value)
+    except ValueError as exc:
+        raise ValueError(f"the value of {name}{op} {exc}") from None
+    if op == "=~" and (refused := go_regexp.problem(unquoted)):
+        raise ValueError(f"the regex of {name}=~ {refused}")
 
 
 def selector_labels(matchers: str) -> dict[str, str]:
     """Labels that a series needs to be selected by `matchers`: the value of each `=`, the
-    first alternative of each `=~` (which must be a plain word that the regex matches).
-    The generated promtool tests build their input series with these."""
+    first alternative of each `=~` (which must be a plain word, and so matches the regex: it
+    is a whole branch of its top-level alternation). The generated promtool tests build their
+    input series with these."""
     labels: dict[str, str] = {}
     for name, op, value in parse_matchers(matchers):
+        check_matcher(name, op, value)
         if op == "=":
             labels[name] = value
             continue
-        pattern = compile_regex(name, value)
         first = value.split("|")[0]
-        if not re.fullmatch(r"[A-Za-z0-9_.:/-]+", first) or not pattern.fullmatch(first):
+        if not re.fullmatch(r"[A-Za-z0-9_.:/-]+", first):
             raise ValueError(f"the regex of {name}=~ must start with a plain alternative")
         labels[name] = first
     return labels
@@ -136,7 +116,9 @@ def selector_labels(matchers: str) -> dict[str, str]:
 
 def _check_matchers(value: str) -> str:
     if not parse_matchers(value):
-        raise ValueError('must be label matchers such as job="kube-gpu-exporter"')
+        raise ValueError(
+            'must be label matchers separated by commas, such as job="kube-gpu-exporter"'
+        )
     selector_labels(value)
     return value
 

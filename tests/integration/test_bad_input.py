@@ -128,10 +128,10 @@ def test_a_small_alias_is_fair_use(tmp_path: Path, which: str) -> None:
 @pytest.mark.parametrize(
     ("selector", "expected"),
     [
-        ('job=~"kube|(x"', "the regex of job=~ is not valid: missing ), unterminated subpattern"),
-        ('job=~"[kube"', "the regex of job=~ is not valid: unterminated character set"),
-        ('job=~"kube(?=x)"', "the regex of job=~ uses lookaround, which Prometheus' RE2"),
-        ('job=~"(k)\\1"', "the regex of job=~ uses a backreference"),
+        ('job=~"kube|(x"', "the regex of job=~ is not valid: missing ): kube|(x"),
+        ('job=~"[kube"', "the regex of job=~ is not valid: missing ]: [kube"),
+        ('job=~"kube(?=x)"', "the regex of job=~ is not valid: invalid perl operator: (?="),
+        ('job=~"(k)\\\\1"', "the regex of job=~ is not valid: invalid escape sequence: \\1"),
     ],
 )
 def test_an_invalid_regex_in_a_selector_names_the_key(
