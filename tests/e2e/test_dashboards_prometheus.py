@@ -243,12 +243,8 @@ EXPECTED: dict[str, Expected] = {
 
 # Answers known to be wrong today, each with why; strict: one that comes right fails until it
 # is taken off this list.
-KNOWN_WRONG = {
-    "kube-gpu-cluster/Simulated exporters/A": "serve --simulate's build_info has no "
-    'simulated="true" label yet, so the marker counts 0 simulated nodes',
-    "kube-gpu-node/Simulated exporters/A": "as the cluster dashboard's",
-    "kube-gpu-workload/Simulated exporters/A": "as the cluster dashboard's",
-}
+# None now.
+KNOWN_WRONG: dict[str, str] = {}
 
 
 def _ids() -> set[str]:
