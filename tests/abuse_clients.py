@@ -87,14 +87,22 @@ def idle_keep_alive(port: int, count: int, addresses: int) -> list[socket.socket
     return sockets
 
 
-def never_reading(port: int, count: int, addresses: int, pipelined: int) -> list[socket.socket]:
-    """Connections that pipeline scrapes (as many as the kernel takes) and never read."""
+def never_reading(
+    port: int, count: int, addresses: int, pipelined: int, receive_buffer: int = 0
+) -> list[socket.socket]:
+    """Connections that pipeline scrapes (as many as the kernel takes) and never read; with
+    `receive_buffer`, a small one, so that the kernel holds little of what is sent to them."""
     sockets = []
     sources = other_addresses(addresses)
     for i in range(count):
         try:
-            sock = connect(port, source=sources[i % addresses])
+            sock = socket.socket()
+            if receive_buffer:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            sock.bind((sources[i % addresses], 0))
+            sock.connect(("127.0.0.1", port))
         except OSError:
+            sock.close()
             continue
         sock.setblocking(False)
         with contextlib.suppress(OSError):

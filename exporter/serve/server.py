@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from aiohttp import hdrs, web
+from aiohttp.http_writer import StreamWriter
 from aiohttp.typedefs import Handler, Middleware
 
 from kube_gpu_exporter.exporter import __version__
@@ -113,9 +114,8 @@ def accepts_gzip(accept_encoding: str) -> bool:
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
-    """The latest rendered snapshot, written and drained inside the handler so that its
-    concurrency slot covers the write until the kernel has every byte. HEAD gets the headers
-    GET would (Content-Length included) and no body."""
+    """The latest rendered snapshot, queued on the connection's wire without a copy. HEAD
+    gets the headers GET would (Content-Length included) and no body."""
     latest = request.app[LOOP_KEY].latest
     if latest is None:
         return web.Response(status=503, text="no collection has completed yet\n")
@@ -126,9 +126,13 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     if gzipped:
         headers[hdrs.CONTENT_ENCODING] = "gzip"
     response = web.Response(body=body, headers=headers)
-    await response.prepare(request)
+    writer = await response.prepare(request)
+    # The head on its own: aiohttp would otherwise join it and the body into one new bytes
+    # object (it does on Python < 3.12.9), a copy per response that a client not reading
+    # would pin; this way the wire queues a view of the rendered body (wire.py).
+    if isinstance(writer, StreamWriter):
+        writer.send_headers()
     await response.write_eof()  # aiohttp's Response leaves the body out for HEAD
-    await request.writer.drain()  # returns once nothing is left unsent (see connection.py)
     return response
 
 

@@ -40,7 +40,7 @@ from typing import Any, Final
 log = logging.getLogger(__name__)
 
 READ_SIZE: Final = 16 << 10  # one TLS record; the listener's receive buffer holds ~16 KiB
-CHUNK: Final = 16 << 10  # handed to the kernel at a time: the most one stalled client pins
+CHUNK: Final = 8 << 10  # handed to the kernel at a time: the most one stalled client pins
 TLS_HANDSHAKE: Final = 0x16  # the content type of a TLS record carrying a ClientHello
 # What Go's net/http takes for a plain-HTTP request on a TLS port (the first 5 bytes).
 HTTP_STARTS: Final = frozenset({b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"})

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 from aiohttp.web_protocol import RequestHandler
 
 from kube_gpu_exporter.exporter.serve.connection import Connection
@@ -81,6 +82,15 @@ def test_the_server_header_is_set_in_prepare_headers_before_the_prepare_hook() -
     start = inspect.getsource(web.StreamResponse._start)
     order = [start.index(step) for step in ("_prepare_headers", "_prepare_hook", "_write_headers")]
     assert order == sorted(order), start
+
+
+def test_headers_can_be_sent_apart_from_the_body() -> None:
+    """server.metrics sends the head on its own (StreamWriter.send_headers) so that the body
+    reaches the wire as the rendered bytes object, not joined to the head in a copy."""
+    assert callable(StreamWriter.send_headers)
+    assert parameters(StreamWriter.send_headers) == []
+    source = inspect.getsource(StreamWriter.write_eof)
+    assert "self._write(chunk)" in source
 
 
 def test_the_parser_is_fed_only_through_data_received() -> None:
