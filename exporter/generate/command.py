@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write nothing; exit 1 if the files on disk differ from what would be written",
     )
+    parser.add_argument(
+        "--helm-values",
+        metavar="FILE",
+        help="write only FILE: the thresholds and what they render to, as values for the Helm "
+        "chart (helm upgrade -f FILE); nothing else is written",
+    )
 
 
 def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -74,6 +80,7 @@ def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
 def run(args: argparse.Namespace) -> int:
     """Generate (or check) the outputs; the exit status: 0 ok, 1 stale (--check), 2 bad config."""
     from kube_gpu_exporter.exporter.generate.doc_blocks import planned_docs
+    from kube_gpu_exporter.exporter.generate.helm_chart import planned_chart, write_values
     from kube_gpu_exporter.exporter.generate.outputs import check, planned_files, write
     from kube_gpu_exporter.exporter.input_errors import InputError
     from kube_gpu_exporter.exporter.output_paths import (
@@ -85,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config)
+        if args.helm_values:  # that file alone (helm_chart.py)
+            for line in (stale := write_values(cfg, args.helm_values, args.check)):
+                print(f"{PROG}: {line}", file=sys.stderr)
+            return EXIT_STALE if stale else 0
         out_dir, runbooks = output_paths(args)
         if not args.check:  # before rendering, so a bad path fails at once and writes nothing
             check_output_dir(out_dir, "--out")
@@ -93,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.out:  # this repository's layout: its docs' generated figures too
             with file_errors("read"):
                 planned.update(planned_docs(cfg, Path(".")))
+            planned.update(planned_chart(cfg, Path(".")))  # charts/: helm_chart.py
         if args.check:
             with file_errors("read"):
                 problems = check(planned, out_dir)

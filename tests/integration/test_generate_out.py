@@ -85,5 +85,5 @@ def test_without_out_the_checkout_layout_is_regenerated(checkout: Path) -> None:
     assert (checkout / "docs" / "runbooks.md").read_text() != SENTINEL
     assert (checkout / "deploy" / "rules.yaml").read_text() != "# sentinel\n"
     written = {str(p.relative_to(checkout)) for p in snapshot(checkout)}
-    assert {p.split("/")[0] for p in written} == {"deploy", "docs"}
+    assert {p.split("/")[0] for p in written} == {"deploy", "docs", "charts"}
     assert generate(checkout, "--check").returncode == 0
