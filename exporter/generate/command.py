@@ -26,9 +26,10 @@ DEFAULT_RUNBOOKS = "docs/runbooks.md"
 RUNBOOKS_IN_OUT = "runbooks.md"  # the runbooks' name under --out DIR
 # What `generate --help` says after its opening line.
 WHERE = f"""\
-Without --out it writes this repository's {DEFAULT_OUT}/ and {DEFAULT_RUNBOOKS}. With --out DIR
-everything goes under DIR, the runbooks as DIR/{RUNBOOKS_IN_OUT}, unless --runbooks names
-another file.
+Without --out it writes this repository's {DEFAULT_OUT}/, {DEFAULT_RUNBOOKS} and Helm chart
+(charts/kube-gpu-exporter/). With --out DIR everything goes under DIR, the runbooks as
+DIR/{RUNBOOKS_IN_OUT}, unless --runbooks names another file. --helm-values FILE writes only
+that file: the chart's values for the thresholds file.
 """
 
 

@@ -273,3 +273,21 @@ def test_helm_install_and_upgrade_into_a_real_api_server(tmp_path: Path):
         assert result.returncode != 0
         assert "alerts.GPUTemperatureHigh differ" in result.stderr
         assert "> 80" in prometheus_rule_expr(plane, "GPUTemperatureHigh")
+
+
+def test_helm_values_into_a_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert generate(["--helm-values", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--helm-values {tmp_path}: is a directory" in err, err
+
+
+def test_helm_values_check_says_when_the_file_is_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    values = rendered_values(tmp_path, "alerts:\n  GPUTemperatureHigh: {threshold: 80}\n")
+    config = str(tmp_path / "thresholds.yaml")
+    assert generate(["--config", config, "--helm-values", str(values), "--check"]) == 0
+    assert generate(["--helm-values", str(values), "--check"]) == 1  # the defaults differ
+    err = capsys.readouterr().err
+    assert f"differs: {values}" in err and "--helm-values" in err, err
+    assert values.read_text().count("threshold: 80") == 2, "--check wrote nothing"
