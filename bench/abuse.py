@@ -1,13 +1,13 @@
 """`make bench`, abuse section: the exporter against clients an untrusted network may send.
 
 Same node as bench/run.py (the fake NVML's 8 A100 × 7 MIG, 64 devices, 120 KiB plain body),
-the exporter subprocess with its defaults. Three runs:
+the exporter subprocess with its defaults; the scraper on its own address (127.0.0.250), the
+others on 127.0.0.1 unless said. Three runs, then the abuse table (abuse_table.py):
 
-1. **Never-reading clients**: NEVER_READERS connections each pipeline PIPELINED scrapes and
-   never read. VmRSS of the exporter (peak, sampled every 50 ms) and the answers those clients
-   were sent (read off their sockets at the end: 200s until the kernel's buffers filled, then
-   503s once every `--web.max-requests` slot was held by a response nobody reads); meanwhile a
-   well-behaved client's scrapes, which get 503 while the slots are held.
+1. **Never-reading clients**: NEVER_READERS connections from 8 addresses each pipeline
+   PIPELINED scrapes and never read. VmRSS of the exporter (peak, sampled every 50 ms) and the
+   answers those clients were sent (read off their sockets at the end); meanwhile a
+   well-behaved client's scrapes.
 2. **A scraper beside 200 concurrent clients**: `wrk -c200` scraping as fast as it can while
    a Prometheus-like scraper (own keep-alive connection, gzip, one scrape every 50 ms)
    records its latency and status.
@@ -51,6 +51,11 @@ RSS_TARGET = 80 * MIB
 P99_TARGET_MS = 5.0
 SUCCESS_TARGET = 0.99
 NEVER_READERS = 200  # under the default --web.max-connections (256): all are served
+NEVER_READER_ADDRESSES = 8  # 25 connections each, within the per-address share (32)
+# The scraper's own address: wrk and the password flooders connect from 127.0.0.1, and each
+# client address has its own share of connections, request slots and password checks.
+SCRAPER = ("127.0.0.250", 0)
+ABUSE_TABLE_START, ABUSE_TABLE_END = "<!-- abuse-table:start -->", "<!-- abuse-table:end -->"
 PIPELINED = 1_000
 FLOODERS = 40
 # Plain, not gzip: the 120 KiB bodies fill a never-reading client's kernel buffers quickly.
@@ -107,7 +112,7 @@ def scrape_while(port: int, keep_going: Callable[[], bool], authorization: str =
     headers = {"Accept-Encoding": "gzip"}
     if authorization:
         headers["Authorization"] = authorization
-    conn = http.client.HTTPConnection(procs.HOST, port, timeout=10)
+    conn = http.client.HTTPConnection(procs.HOST, port, timeout=10, source_address=SCRAPER)
     while keep_going():
         started = time.perf_counter()
         try:
@@ -118,7 +123,7 @@ def scrape_while(port: int, keep_going: Callable[[], bool], authorization: str =
         except (OSError, http.client.HTTPException):
             status = 0
             conn.close()
-            conn = http.client.HTTPConnection(procs.HOST, port, timeout=10)
+            conn = http.client.HTTPConnection(procs.HOST, port, timeout=10, source_address=SCRAPER)
         result.latencies_ms.append((time.perf_counter() - started) * 1000)
         result.statuses[status] += 1
         time.sleep(0.05)
@@ -156,8 +161,9 @@ def never_readers(server: procs.Server, seconds: float) -> NeverReaders:
     procs.http_status(server.metrics_url)
     rss_ready = procs.rss_bytes(pid)
     clients = []
-    for _ in range(NEVER_READERS):
-        sock = socket.create_connection((procs.HOST, server.port))
+    for i in range(NEVER_READERS):
+        source = (f"127.0.1.{i % NEVER_READER_ADDRESSES + 1}", 0)
+        sock = socket.create_connection((procs.HOST, server.port), source_address=source)
         sock.setblocking(False)
         clients.append([sock, memoryview(GET * PIPELINED)])
     peak = rss_ready
@@ -386,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="5 s per run instead of 15 s")
     parser.add_argument("--readme", action="store_true", help="write the figures to README")
     args = parser.parse_args(argv)
+    import abuse_table
     from report import load_average, machine  # the run line, as bench/run.py writes it
 
     load_at_start = load_average()
@@ -393,13 +400,25 @@ def main(argv: list[str] | None = None) -> int:
         results = run(5 if args.quick else 15, Path(tmp))
     text = render(results, machine(load_at_start))
     print("\n" + text)
+    # The attacks one by one, on this code and on last round's (abuse_table.py).
+    load_at_start = load_average()
+    scrapes = 20 if args.quick else abuse_table.SCRAPES
+    with tempfile.TemporaryDirectory(prefix="kge-abuse-table-") as tmp:
+        rows = abuse_table.run(Path(tmp), abuse_table.baseline_ref(), scrapes)
+    table = f"Run: {machine(load_at_start)}\n\n{abuse_table.render(rows, scrapes)}"
+    print("\n" + table)
     if args.readme and not args.quick:
-        readme = README.read_text(encoding="utf-8")
-        head, _, rest = readme.partition(START)
-        _, _, tail = rest.partition(END)
-        README.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
+        _replace(START, END, text)
+        _replace(ABUSE_TABLE_START, ABUSE_TABLE_END, table)
         say(f"results written to {README}")
     return 0
+
+
+def _replace(start: str, end: str, text: str) -> None:
+    readme = README.read_text(encoding="utf-8")
+    head, _, rest = readme.partition(start)
+    _, _, tail = rest.partition(end)
+    README.write_text(f"{head}{start}\n{text}\n{end}{tail}", encoding="utf-8")
 
 
 if __name__ == "__main__":
