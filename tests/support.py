@@ -25,9 +25,24 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]  # (name, labels) 
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port for a server a test starts, that nothing else is handed meanwhile.
+
+    A port merely found free and released can be handed straight out again by the kernel, to
+    another worker's free_port() or to any socket's bind(0) or connect(), and under `pytest -n`
+    two servers would then race for it. So the port is left in TIME_WAIT instead (a connection
+    accepted and closed first on the server side): the kernel's port autoselection skips it for
+    a minute, while a server that sets SO_REUSEADDR, as aiohttp, Go's net package and
+    http.server all do, binds it at once. (The trick of Yelp's ephemeral-port-reserve.)
+    """
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        address = listener.getsockname()
+        with socket.create_connection(address):
+            accepted, _ = listener.accept()
+            accepted.close()
+    return int(address[1])
 
 
 def wait_until(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:

@@ -95,7 +95,8 @@ def test_bad_thresholds_and_a_missing_binary_are_one_line_errors(tmp_path: Path)
 def test_a_port_in_use_is_named_with_its_holder_before_anything_starts(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     chosen = {part: free_port() for part in PARTS}
-    with socket.socket() as taken:
+    with socket.socket() as taken:  # a server holds it, with SO_REUSEADDR as servers set
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         taken.bind(("127.0.0.1", chosen["alertmanager"]))
         taken.listen()
         flags = [f"--port.{part}={port}" for part, port in chosen.items()]
