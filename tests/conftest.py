@@ -1,8 +1,11 @@
-"""Shared fixtures: the fake libnvidia-ml.so.1, compiled once per test session."""
+"""Shared fixtures: the fake libnvidia-ml.so.1, compiled once per test session (under
+pytest-xdist once per worker, in the worker's own folder: it takes half a second), and what
+keeps one test's process-wide state from reaching the tests after it on its worker."""
 
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +13,28 @@ import pynvml
 import pytest
 
 from fakenvml import LIBRARY_NAME, build
+
+
+@pytest.fixture(autouse=True)
+def _loggers_left_enabled() -> Iterator[None]:
+    """Loggers a test disabled are as they were again after it. logging.config.dictConfig,
+    run in-process by importlinter's lint_imports (test_layout.py), disables every logger that
+    exists; the tests after it on the same worker (an order xdist picks, not the file order)
+    would then miss the records they assert on."""
+    before = {name: logger.disabled for name, logger in _loggers()}
+    disabled_below = logging.root.manager.disable
+    yield
+    logging.disable(disabled_below)
+    for name, logger in _loggers():
+        logger.disabled = before.get(name, False)  # a new one: as getLogger made it
+
+
+def _loggers() -> list[tuple[str, logging.Logger]]:
+    return [
+        (name, logger)
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger)
+    ]
 
 
 @pytest.fixture(scope="session")

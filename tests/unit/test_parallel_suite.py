@@ -4,6 +4,8 @@ keeps workers, and other runs on the same machine, out of each other's way."""
 from __future__ import annotations
 
 import errno
+import logging
+import logging.config
 import socket
 import struct
 
@@ -42,3 +44,20 @@ def test_a_free_port_is_not_handed_to_anyone_else_before_its_server_binds_it() -
         server.bind(("127.0.0.1", port))
         server.listen()
 
+
+WATCHED = "kube_gpu_exporter.exporter.nvml.sampler"
+
+
+def test_a_test_may_configure_logging_in_process() -> None:
+    """As importlinter's lint_imports does (test_layout.py): every existing logger disabled."""
+    logging.getLogger(WATCHED)
+    logging.config.dictConfig({"version": 1})
+    assert logging.getLogger(WATCHED).disabled
+
+
+def test_the_tests_after_it_on_its_worker_still_get_their_log_records(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO):
+        logging.getLogger(WATCHED).info("rediscovered")
+    assert [r.getMessage() for r in caplog.records] == ["rediscovered"]
