@@ -45,8 +45,11 @@ def free_port() -> int:
     return int(address[1])
 
 
-def wait_until(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
-    """Poll `check` until it returns something truthy; fail the test with `what` otherwise."""
+def wait_until(check: Callable[[], T | None], timeout: float = 60.0, what: str = "") -> T:
+    """Poll `check` until it returns something truthy; fail the test with `what` otherwise.
+
+    The timeout only bounds how long a broken run hangs, so it is generous: on a loaded
+    machine (the suite's parallel workers on two cores) an exporter can take 20 s to start."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
