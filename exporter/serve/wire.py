@@ -27,7 +27,6 @@ the transport of the other:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import socket
@@ -36,6 +35,8 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
+
+from kube_gpu_exporter.exporter.serve.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,7 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
         self._context = tls
         self._below: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
-        self._outbox: collections.deque[memoryview] = collections.deque()
-        self._queued = 0  # bytes in the outbox
+        self._outbox = Outbox()
         self._kernel_full = False  # the socket transport holds bytes the kernel refused
         self._closing = False
         self._handshaken = False  # TLS: the handshake finished (and may be closed cleanly)
@@ -135,7 +135,6 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         self._outbox.clear()
-        self._queued = 0
         self._closing = True
         if self._app_connected:
             self._app_connected = False
@@ -157,11 +156,7 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
             return
-        # A bytes object cannot change under us, so a view of it is enough; anything else
-        # is copied once, as asyncio would.
-        view = memoryview(data if isinstance(data, bytes) else bytes(data))
-        self._outbox.append(view)
-        self._queued += len(view)
+        self._outbox.append(data)
         self._pump()
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
@@ -217,7 +212,7 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
 
     def get_write_buffer_size(self) -> int:
         below = self._below.get_write_buffer_size() if self._below is not None else 0
-        return self._queued + below
+        return self._outbox.queued + below
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return (0, 0)
@@ -247,7 +242,7 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
     @property
     def drained(self) -> bool:
         """Whether everything written so far is in the kernel."""
-        return not self._queued and not self._kernel_full
+        return not self._outbox.queued and not self._kernel_full
 
     def note_request(self) -> None:
         """The client sent a whole request: it is in use, not a socket left open."""
@@ -265,7 +260,7 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
         if below is None:
             return
         while self._outbox and not self._kernel_full and not below.is_closing():
-            chunk = self._take(CHUNK)
+            chunk = self._outbox.take(CHUNK)
             if self._tls is not None:
                 try:
                     self._tls.write(chunk)
@@ -280,24 +275,6 @@ class Wire(asyncio.Transport, asyncio.BufferedProtocol):
             self._arm_write_timer()
         else:
             self._drained()
-
-    def _take(self, size: int) -> bytes | memoryview:
-        """Up to `size` bytes off the front of the outbox; a view when one piece covers it."""
-        head = self._outbox[0]
-        if len(head) >= size:
-            self._outbox[0] = head[size:]
-            if not self._outbox[0]:
-                self._outbox.popleft()
-            self._queued -= size
-            return head[:size]
-        pieces: list[memoryview] = []
-        taken = 0
-        while self._outbox and taken + len(self._outbox[0]) <= size:
-            piece = self._outbox.popleft()
-            pieces.append(piece)
-            taken += len(piece)
-        self._queued -= taken
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _drained(self) -> None:
         if self._write_timer is not None:
