@@ -192,6 +192,14 @@ OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
 CRDS = ("servicemonitors", "prometheusrules", "alertmanagerconfigs")
 
 
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare `=` (the CRDs' matchType enum) as its `value` tag; Go reads it as
+    the string "=", as the API server will."""
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: node.value)
+
+
 def operator_crds() -> list[dict[str, Any]]:
     """The real CRDs of the objects the chart makes: a no-op download once cached."""
     go = shutil.which("go") or "/usr/local/go/bin/go"
@@ -207,7 +215,8 @@ def operator_crds() -> list[dict[str, Any]]:
         pytest.fail(f"go mod download {OPERATOR}: {result.stdout}{result.stderr}", pytrace=False)
     folder = Path(json.loads(result.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
     return [
-        yaml.safe_load((folder / f"monitoring.coreos.com_{name}.yaml").read_text()) for name in CRDS
+        yaml.load((folder / f"monitoring.coreos.com_{name}.yaml").read_text(), _CrdLoader)
+        for name in CRDS
     ]
 
 
