@@ -51,6 +51,14 @@ npm-deps:
 	    && npm ci --prefix $(NPM_DIR) --no-audit --no-fund; \
 	fi
 
+# The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
+# Prometheus 3, promtool, alertmanager, amtool and helm, compiled from their Go modules at the
+# versions tools/real_components.py pins, into ${KGE_BIN_CACHE:-~/.cache/kube-gpu-exporter/bin}
+# outside the checkout; a component already built there is not built again.
+.PHONY: k8s-bin prom-bin real-bin
+k8s-bin prom-bin real-bin:
+	python3 tools/real_components.py build $(patsubst %-bin,%,$(subst real-bin,all-bin,$@))
+
 # The story node, its kubelet, Prometheus and Alertmanager with the generated rules; Ctrl-C
 # stops them all. HOST=0.0.0.0 to reach it from another machine.
 HOST ?= 127.0.0.1
