@@ -1,5 +1,5 @@
-"""The suite runs in parallel (`make test` and `make check` pass `-n` to pytest-xdist): what
-keeps workers, and other runs on the same machine, out of each other's way."""
+"""The suite runs in parallel (`make test` passes `-n` to pytest-xdist): what keeps its
+workers, and other runs on the same machine, out of each other's way."""
 
 from __future__ import annotations
 
