@@ -66,6 +66,10 @@ class Component:
     ldflags_x: dict[str, str] = field(default_factory=dict)
     # how a relatively replaced sibling module's version follows from `version`
     sibling_version: str = ""
+    # files the upstream build makes with other tools (npm) before `go build`, absent from the
+    # module: path under the module's root -> what stands in for it. Go refuses overlays into
+    # the module cache, so such a module is built from a copy with the stand-ins added
+    placeholders: dict[str, str] = field(default_factory=dict)
 
 
 K8S = "v1.37.2"
@@ -107,6 +111,13 @@ def prometheus_release(module_version: str) -> str:
 
 ALERTMANAGER = "v0.35.0"
 HELM = "v3.22.0"
+# Alertmanager embeds its web UI (ui/app/dist, made by npm and the Elm compiler) and the
+# module does not carry it: a page saying so stands in, the API and amtool are unaffected
+_NO_UI = (
+    "<!doctype html><title>Alertmanager</title><p>This Alertmanager was built from its Go "
+    "module without its web UI (built by npm, not part of the module). The API is at "
+    "<a href=api/v2/status>/api/v2</a>.</p>\n"
+)
 ETCD = "v3.7.3"  # Kubernetes v1.37's client is etcd v3.7
 
 PINS: dict[str, Component] = {
@@ -150,6 +161,10 @@ PINS: dict[str, Component] = {
                 "amtool": "github.com/prometheus/alertmanager/cmd/amtool",
             },
             _prom_version(ALERTMANAGER[1:], ALERTMANAGER),
+            placeholders={
+                "ui/app/dist/elm/index.html": _NO_UI,
+                "ui/app/dist/mantine/index.html": _NO_UI,
+            },
         ),
         Component(
             "helm",
@@ -225,12 +240,14 @@ def run_go(args: list[str], cwd: Path) -> str:
         [go_command(), *args], cwd=cwd, env=go_env(), capture_output=True, text=True
     )
     if proc.returncode != 0:
-        raise Refused(f"go {' '.join(args[:2])} …: " + (proc.stderr.strip() or proc.stdout))
+        said = [ln for ln in proc.stderr.splitlines() if not ln.startswith("go: downloading ")]
+        raise Refused(f"go {' '.join(args[:2])} …: " + ("\n".join(said).strip() or proc.stdout))
     return proc.stdout
 
 
-def upstream_replaces(component: Component, work: Path) -> list[str]:
-    """The upstream go.mod's replace directives, rewritten to hold outside its repository."""
+def upstream(component: Component, work: Path) -> tuple[Path, list[str]]:
+    """The upstream module's folder in the module cache, and its go.mod's replace directives
+    rewritten to hold outside its repository."""
     info = json.loads(
         run_go(["mod", "download", "-json", f"{component.module}@{component.version}"], work)
     )
@@ -249,16 +266,24 @@ def upstream_replaces(component: Component, work: Path) -> list[str]:
             if not component.sibling_version:
                 raise Refused(f"{old['Path']} is replaced by {new['Path']}: no sibling version")
             lines.append(f"\t{left} => {old['Path']} {component.sibling_version}")
-    return lines
+    return Path(info["Dir"]), lines
 
 
 def write_module(component: Component, work: Path) -> None:
-    """The generated main module: require the upstream, repeat its replaces."""
+    """The generated main module: require the upstream, repeat its replaces; a module with
+    placeholders is replaced by a copy of itself (`./src`) that has them."""
     work.mkdir(parents=True, exist_ok=True)
     for name in ("go.mod", "go.sum"):
         (work / name).unlink(missing_ok=True)
     (work / "go.mod").write_text(f"module kge.local/build/{component.name}\n\ngo 1.26\n")
-    replaces = upstream_replaces(component, work)
+    module_dir, replaces = upstream(component, work)
+    shutil.rmtree(work / "src", ignore_errors=True)
+    if component.placeholders:
+        shutil.copytree(module_dir, work / "src", copy_function=shutil.copyfile)
+        for relative, content in component.placeholders.items():
+            (work / "src" / relative).parent.mkdir(parents=True, exist_ok=True)
+            (work / "src" / relative).write_text(content)
+        replaces.append(f"\t{component.module} => ./src")
     text = (
         f"module kge.local/build/{component.name}\n\ngo 1.26\n\n"
         f"require {component.module} {component.version}\n"

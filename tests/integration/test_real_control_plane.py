@@ -17,7 +17,7 @@ import pytest
 from control_plane import ControlPlane, run_control_plane
 from real_binaries import real_components, require
 
-from support import wait_until
+from support import free_port, http_get, wait_until
 
 pytestmark = pytest.mark.k8s
 
@@ -243,6 +243,48 @@ def test_built_amtool_and_alertmanager_report_their_release() -> None:
     assert f"alertmanager, version {expected}" in _version_output("alertmanager", "--version")
 
 
-def test_built_helm_reports_its_release(tmp_path: Path) -> None:
+def test_built_helm_reports_its_release() -> None:
     out = _version_output("helm", "version", "--short")
     assert out.strip().startswith(real_components.HELM), out
+
+
+def test_built_prometheus_and_alertmanager_serve_their_apis(tmp_path: Path) -> None:
+    """Built from modules without their npm-made web UIs, both still answer the APIs the
+    live tests use: Prometheus evaluates a query, Alertmanager reports its config."""
+    (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
+    (tmp_path / "alertmanager.yml").write_text("route:\n  receiver: x\nreceivers:\n- name: x\n")
+    prom_port, am_port = free_port(), free_port()
+    commands = [
+        [
+            str(require("prometheus")),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        [
+            str(require("alertmanager")),
+            f"--config.file={tmp_path / 'alertmanager.yml'}",
+            f"--storage.path={tmp_path / 'am'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            "--cluster.listen-address=",
+        ],
+    ]
+    procs = [
+        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands
+    ]
+    try:
+
+        def answer(url: str) -> Any:
+            status, _, body = http_get(url)
+            return json.loads(body) if status == 200 else None
+
+        query = f"http://127.0.0.1:{prom_port}/api/v1/query?query=1%2B1"
+        result = wait_until(lambda: answer(query), timeout=60, what="Prometheus 3's query API")
+        assert result["data"]["result"][1] == "2"
+        status_url = f"http://127.0.0.1:{am_port}/api/v2/status"
+        status = wait_until(lambda: answer(status_url), timeout=60, what="Alertmanager's API")
+        assert "receiver: x" in status["config"]["original"]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
