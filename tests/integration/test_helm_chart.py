@@ -6,8 +6,6 @@ values `generate --helm-values` renders from another thresholds file — and onl
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
+from operator_crds import install_crds
 from real_binaries import require
 
 from kube_gpu_exporter.exporter.generate.command import main as generate
 from kube_gpu_exporter.exporter.generate.helm_chart import CHART_DIR, chart_files
 from kube_gpu_exporter.rules.config import Config
-from support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / CHART_DIR
@@ -184,53 +182,6 @@ def test_values_rendered_by_another_version_are_refused(tmp_path: Path):
     result = template("-f", str(values))
     assert result.returncode != 0
     assert "computed by kube-gpu-exporter 0.0.1" in result.stderr, result.stderr
-
-
-# The operator's CRDs, from its Go module: the root module's newest version the proxy serves
-# (later tags exist only for the API module, which holds no CRD manifests).
-OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
-CRDS = ("servicemonitors", "prometheusrules", "alertmanagerconfigs")
-
-
-class _CrdLoader(yaml.SafeLoader):
-    """YAML 1.1 reads a bare `=` (the CRDs' matchType enum) as its `value` tag; Go reads it as
-    the string "=", as the API server will."""
-
-
-_CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: node.value)
-
-
-def operator_crds() -> list[dict[str, Any]]:
-    """The real CRDs of the objects the chart makes: a no-op download once cached."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    result = subprocess.run(
-        [go, "mod", "download", "-json", OPERATOR],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
-    if result.returncode != 0:
-        pytest.fail(f"go mod download {OPERATOR}: {result.stdout}{result.stderr}", pytrace=False)
-    folder = Path(json.loads(result.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
-    return [
-        yaml.load((folder / f"monitoring.coreos.com_{name}.yaml").read_text(), _CrdLoader)
-        for name in CRDS
-    ]
-
-
-def install_crds(plane: ControlPlane) -> None:
-    for crd in operator_crds():
-        plane.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-    for crd in operator_crds():
-        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-
-        def established(path: str = path) -> bool:
-            conditions = plane.ok("GET", path).get("status", {}).get("conditions", [])
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_until(established, timeout=60)
 
 
 def api_path(api_version: str, kind: str, namespace: str, name: str) -> str:
