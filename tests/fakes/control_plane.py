@@ -28,9 +28,9 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,16 @@ class ControlPlane:
     kubeconfig: Path
     workdir: Path
     logs: dict[str, Path] = field(default_factory=dict)
+    etcd_url: str = ""
+    # set by run_control_plane: what restart_apiserver stops and starts
+    _apiservers: Any = None
+
+    def restart_apiserver(self, while_down: Callable[[], None] | None = None) -> None:
+        """Stop kube-apiserver (SIGTERM, as a rolling upgrade does), call `while_down()`,
+        start it again with the same flags on the same port over the same etcd, and wait
+        until it is ready: every open watch ends, and clients come back to the same address."""
+        assert self._apiservers is not None, "not started by run_control_plane"
+        self._apiservers.restart(while_down)
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
@@ -106,12 +116,59 @@ class ControlPlane:
         return "\n".join(text[-lines:])
 
 
+class _ApiServers:
+    """The running kube-apiserver of a plane: started, or restarted in place."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        argv: Callable[[int], list[str]],
+        workdir: Path,
+        stack: ExitStack,
+        timeout: float,
+    ) -> None:
+        self._plane = plane
+        self._argv = argv
+        self._workdir = workdir
+        self._stack = stack
+        self._timeout = timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port = 0
+
+    def start(self, port: int, name: str) -> subprocess.Popen[bytes]:
+        proc, log = _start(name, self._argv(port), self._workdir, self._stack)
+        self._plane.logs[name] = log
+        probe = replace(self._plane, url=f"https://127.0.0.1:{port}")
+
+        def ready() -> bool:
+            if not probe.ca_file.is_file():
+                return False
+            return probe.request("GET", "/readyz")[0] == 200
+
+        _wait_ready(name, proc, log, ready, self._timeout)
+        self._proc, self._port = proc, port
+        self._plane.url = probe.url
+        return proc
+
+    def _stop(self, proc: subprocess.Popen[bytes] | None) -> None:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+    def restart(self, while_down: Callable[[], None] | None) -> None:
+        self._stop(self._proc)
+        if while_down is not None:
+            while_down()
+        self.start(self._port, "kube-apiserver")
+
+
 def _start(
     name: str, argv: Sequence[str], workdir: Path, stack: ExitStack
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start one component with its output in `workdir/<name>.log`; stopped on stack exit."""
+    """Start one component with its output in `workdir/<name>.log` (appended to, when it is
+    started again); stopped on stack exit."""
     log_path = workdir / f"{name}.log"
-    log = log_path.open("wb")
+    log = log_path.open("ab")
     proc = subprocess.Popen(
         list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
     )
@@ -210,7 +267,7 @@ def run_control_plane(
         disabled.append("ServiceAccount")
 
     with ExitStack() as stack:
-        plane = ControlPlane(url, token, ca_file, kubeconfig, workdir)
+        plane = ControlPlane(url, token, ca_file, kubeconfig, workdir, etcd_url=etcd_url)
         etcd, plane.logs["etcd"] = _start(
             "etcd",
             [
@@ -235,15 +292,14 @@ def run_control_plane(
 
         _wait_ready("etcd", etcd, plane.logs["etcd"], etcd_healthy, timeout)
 
-        apiserver, plane.logs["kube-apiserver"] = _start(
-            "kube-apiserver",
-            [
+        def apiserver_argv(port: int) -> list[str]:
+            return [
                 str(apiserver_bin),
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
-                f"--secure-port={api_port}",
-                f"--cert-dir={certs}",
+                f"--secure-port={port}",
+                f"--cert-dir={certs}",  # kept: a restart serves the same certificate
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={sa_key}",
@@ -256,19 +312,12 @@ def run_control_plane(
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 *extra_apiserver_args,
-            ],
-            workdir,
-            stack,
-        )
+            ]
 
-        def api_ready() -> bool:
-            if not ca_file.is_file():
-                return False
-            status, _ = plane.request("GET", "/readyz")
-            return status == 200
-
-        _wait_ready("kube-apiserver", apiserver, plane.logs["kube-apiserver"], api_ready, timeout)
-        _write_kubeconfig(kubeconfig, url, ca_file, token)
+        apiservers = _ApiServers(plane, apiserver_argv, workdir, stack, timeout)
+        apiservers.start(api_port, "kube-apiserver")
+        plane._apiservers = apiservers
+        _write_kubeconfig(kubeconfig, plane.url, ca_file, token)
 
         if kcm_bin is not None:
             kcm, plane.logs["kube-controller-manager"] = _start(
