@@ -82,7 +82,7 @@ def rbac_dicts(cfg: Config) -> list[dict[str, Any]]:
         "kind": "ClusterRole",
         "metadata": {"name": NAME, "labels": labels},
         "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
             {
                 "apiGroups": ["resource.k8s.io"],
                 "resources": ["resourceslices"],
@@ -211,7 +211,7 @@ _RBAC_NOTES = {
     "- pods": (
         "The exporter watches only its own node's pods (field selector "
         "spec.nodeName=$NODE_NAME), but RBAC cannot narrow a grant by field, so this reads "
-        "every node's pods. Read-only: get/list/watch."
+        "every node's pods. Read-only, and only what the watch does: list/watch."
     ),
     "- resourceslices": (
         "DRA: the GPU driver's ResourceSlices give each device's NVML uuid, to attribute DRA "

@@ -84,8 +84,9 @@ def _runbook(a: ClusterViewDownAlert, q: Query) -> Runbook:
         ),
         mitigation=(
             "A watch refused with 403: re-apply the generated "
-            "ClusterRole (deploy/cluster.yaml), which grants get/list/watch on pods, nodes, "
-            "resourcequotas and events. OOM-killed: raise the Deployment's memory limit "
+            "ClusterRole (deploy/cluster.yaml), which grants list/watch on pods, nodes, "
+            "resourcequotas and events (and get on pods, for explain). OOM-killed: raise the "
+            "Deployment's memory limit "
             "(the view holds about 2 KiB per active pod). Not scraped: check the "
             "ServiceMonitor in deploy/cluster.yaml is applied and selected by Prometheus."
         ),

@@ -254,7 +254,6 @@ def test_service_account_and_rbac(deploy: Deploy) -> None:
         for verb in rule["verbs"]
     }
     assert grants == {
-        ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("resource.k8s.io", "resourceslices", "list"),
@@ -543,11 +542,12 @@ def test_cluster_view_deployment(deploy: Deploy) -> None:
         }
     ]
     assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {
             "apiGroups": [""],
-            "resources": ["pods", "nodes", "resourcequotas", "events"],
-            "verbs": ["get", "list", "watch"],
-        }
+            "resources": ["nodes", "resourcequotas", "events"],
+            "verbs": ["list", "watch"],
+        },
     ]
     service = deploy.one("Service", cluster=True)
     labels = pod["metadata"]["labels"]
