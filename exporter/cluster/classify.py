@@ -20,8 +20,9 @@ the reason:
    device plugin is down or not started), so its GPUs cannot be counted. A node advertising
    only MIG resources is not "down": its plugin answers, it just has no whole GPU.
 8. a node with enough free GPUs exists but something else excludes it; each such node is
-   blamed on its most fundamental failure (GPU type, other selector, taint, CPU/memory: see
-   `NodeCheck.blocked_by`), and across nodes the first of these wins:
+   blamed on its most fundamental failure (CPU/memory/pod slots, GPU type, other selector,
+   taint: see `NodeCheck.blocked_by`), so that lifting the blamed filter alone would place
+   the pod there, and across nodes the first of these wins:
    `taint_not_tolerated` (tolerating would place it), `gpu_type_unavailable`,
    `affinity_unmatched`, `other` (CPU, memory or pod count).
 9. `insufficient_gpus`: no node has enough free GPUs, nor the nodes together.

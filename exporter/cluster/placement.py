@@ -105,10 +105,12 @@ class NodeCheck:
     @property
     def blocked_by(self) -> Filter | None:
         """For a node with room for the GPUs that still does not fit: the one filter to
-        blame, the most fundamental first. A GPU type is asked for and no toleration
-        changes it; another selector likewise; then taints; then CPU/memory."""
+        blame, the most fundamental first. CPU, memory or a pod slot short: no toleration
+        or selector places the pod there (the scheduler, with every taint tolerated and no
+        selector, still refuses the node); then a GPU type asked for, which no toleration
+        changes; another selector likewise; then taints, the one thing left."""
         failed = self.failed
-        for candidate in (Filter.GPU_TYPE, Filter.AFFINITY, Filter.TAINTS, Filter.RESOURCES):
+        for candidate in (Filter.RESOURCES, Filter.GPU_TYPE, Filter.AFFINITY, Filter.TAINTS):
             if candidate in failed:
                 return candidate
         return None
