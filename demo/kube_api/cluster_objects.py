@@ -144,17 +144,21 @@ def make_quota(
     namespace: str = "ml",
     *,
     hard: int = 8,
-    used: int = 0,
+    used: int | None = 0,
     resource: str = "nvidia.com/gpu",
 ) -> dict[str, Any]:
+    """`used` None: a quota the ResourceQuota controller has not counted yet, which the API
+    server holds with no status at all."""
     key = f"requests.{resource}"
-    return {
+    quota = {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
         "spec": {"hard": {key: str(hard)}},
-        "status": {"hard": {key: str(hard)}, "used": {key: str(used)}},
     }
+    if used is not None:
+        quota["status"] = {"hard": {key: str(hard)}, "used": {key: str(used)}}
+    return quota
 
 
 def scheduled(pod: Mapping[str, Any], node: str, at: str) -> dict[str, Any]:

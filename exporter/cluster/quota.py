@@ -18,29 +18,36 @@ from kube_gpu_exporter.exporter.cluster.objects import Quota
 class QuotaCheck:
     """One quota's limit on one GPU resource the pod requests. A scoped quota (scopes or a
     scope selector) is reported but never counted as exceeded: whether its scope takes the
-    pod is not evaluated."""
+    pod is not evaluated. `used` is None until the ResourceQuota controller has counted the
+    namespace (a quota just created has no `status.used`): unknown, neither 0 nor exceeded."""
 
     namespace: str
     quota: str
     resource: str
     hard: int
-    used: int
+    used: int | None
     requested: int
     scoped: bool = False
 
     @property
-    def left(self) -> int:
-        return max(0, self.hard - self.used)
+    def left(self) -> int | None:
+        return None if self.used is None else max(0, self.hard - self.used)
 
     @property
     def exceeded(self) -> bool:
-        return not self.scoped and self.requested > self.left
+        left = self.left
+        return not self.scoped and left is not None and self.requested > left
+
+    @property
+    def used_text(self) -> str:
+        return "? (not counted yet)" if self.used is None else str(self.used)
 
     def __str__(self) -> str:
         scope = " (scoped: not evaluated)" if self.scoped else ""
+        left = "?" if self.left is None else str(self.left)
         return (
-            f"{self.quota}: {self.resource} {self.used} of {self.hard} used, "
-            f"{self.left} left, {self.requested} requested{scope}"
+            f"{self.quota}: {self.resource} {self.used_text} of {self.hard} used, "
+            f"{left} left, {self.requested} requested{scope}"
         )
 
 
@@ -52,7 +59,7 @@ def quota_checks(quotas: Iterable[Quota], requests: Mapping[str, int]) -> tuple[
             quota=quota.name,
             resource=resource,
             hard=hard,
-            used=quota.used.get(resource, 0),
+            used=quota.used.get(resource),
             requested=requests[resource],
             scoped=quota.scoped,
         )

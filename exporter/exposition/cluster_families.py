@@ -128,7 +128,9 @@ def _quotas(view: ClusterView) -> Iterator[Family]:
             for resource, amount in sorted(quota.hard.items()):
                 labels = {"namespace": namespace, "quota": quota.name, "resource": resource}
                 add(hard, labels, amount)
-                add(used, labels, quota.used.get(resource, 0))
+                # Absent until the quota controller has counted it: unknown, not 0 used.
+                if resource in quota.used:
+                    add(used, labels, quota.used[resource])
     yield hard
     yield used
 

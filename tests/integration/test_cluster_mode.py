@@ -145,6 +145,14 @@ def test_scenarios_metrics_and_watch_events(api: KubeApiServer, tmp_path: Path) 
             "quota used updated",
         )
 
+        # a quota the quota controller has not counted yet: its use is unknown, not 0
+        api.put_quota(make_quota("new-quota", "team", hard=4, used=None))
+        fresh = {**quota, "quota": "new-quota"}
+        m = exporter.metrics_when(
+            lambda m: values(m, "kube_gpu_quota_hard", **fresh) == [4], "the new quota"
+        )
+        assert values(m, "kube_gpu_quota_used", **fresh) == []
+
 
 @pytest.mark.parametrize(
     "scenario", [s for s in scenarios() if not s.manifest], ids=lambda s: s.name

@@ -11,6 +11,7 @@ import pytest
 from cluster_objects import make_quota, quota_refusal
 from kube_gpu_exporter.demo.kube_api import make_event
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS, ClusterSettings, parse_quota
+from kube_gpu_exporter.exporter.cluster.quota import quota_checks
 from kube_gpu_exporter.exporter.cluster.quota_events import (
     QuotaRefusal,
     QuotaRejections,
@@ -213,3 +214,17 @@ def test_the_totals_handed_out_never_change() -> None:
     assert total(rejections) == 5
     with pytest.raises(TypeError):
         seen[("team", "gpu-quota", GPU)] = 0  # type: ignore[index]
+
+
+def test_a_quota_not_counted_yet_is_unknown_not_free() -> None:
+    """Before the ResourceQuota controller writes `status.used`, how much is used is unknown:
+    the check is neither passed as if nothing were used nor failed."""
+    fresh = parse_quota(make_quota("new", "ml", hard=2, used=None))
+    assert fresh is not None
+    (check,) = quota_checks([fresh], {"nvidia.com/gpu": 4})
+    assert check.used is None and check.left is None and not check.exceeded
+    assert "? (not counted yet) of 2 used, ? left, 4 requested" in str(check)
+    counted = parse_quota(make_quota("old", "ml", hard=2, used=0))
+    assert counted is not None
+    (check,) = quota_checks([counted], {"nvidia.com/gpu": 4})
+    assert check.exceeded and check.left == 2

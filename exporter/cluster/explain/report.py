@@ -175,7 +175,8 @@ def _quota_check(pod: Pod, result: Classification, admitted: bool, failing: str 
         return Check("quota", OK, f"no GPU quota in namespace {pod.namespace}")
     if admitted:  # admission charged the pod when it was created
         detail = "; ".join(
-            f"{c.quota}: {c.resource} {c.used} of {c.hard} used, this pod's {c.requested} included"
+            f"{c.quota}: {c.resource} {c.used_text} of {c.hard} used, "
+            f"this pod's {c.requested} included"
             for c in result.quota
         )
     else:
