@@ -85,8 +85,9 @@ lint: $(STAMP)
 # one worker, so its module fixtures (a Prometheus, the demo) are built once.
 TEST_WORKERS ?= 6
 
-# What CI runs: lint, the generated files up to date, and every test but the gpu-marked ones.
-test: $(STAMP) system-deps npm-deps lint
+# What CI runs: lint, the generated files up to date, and every test but the gpu-marked ones
+# (the k8s-marked ones run on the components real-bin builds when they are not in the cache).
+test: $(STAMP) system-deps npm-deps real-bin lint
 	$(VENV)/bin/kube-gpu-exporter generate --check
 	$(VENV)/bin/pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile
 
