@@ -43,6 +43,18 @@ def with_workload(held: str) -> str:
     return f'label_replace(\n  {by_pod},\n  "workload", "$1", "owner_name", "(.+)"\n)'
 
 
+def settled(expr: str) -> str:
+    """An extrapolated `rate`/`increase` rounded to a millionth before a threshold judges it.
+
+    Prometheus 3's range is left-open: on scrapes aligned with the evaluation (a target
+    scraped at the rule's interval; promtool's input) the window holds one sample fewer than
+    Prometheus 2's and the result is extrapolated over the missing interval, so a counter
+    exactly at a threshold comes out one bit under or over it (`0.24999999999999997`). A
+    millionth of an event, or of a window, is far below what these counters resolve: rounded,
+    both generations compare the same number."""
+    return f"round({expr}, 0.000001)"
+
+
 def by(labels: tuple[str, ...]) -> str:
     """` by (a, b)`, or nothing for an empty list (a plain aggregation)."""
     return f" by ({', '.join(labels)})" if labels else ""

@@ -156,6 +156,25 @@ def bursts(size: float, first: int, every: int, n: int) -> str:
     return " ".join(f"{v:.0f}" if float(v).is_integer() else repr(float(v)) for v in values)
 
 
+def ramp(size: float, full: int, window: int, n: int) -> str:
+    """A counter at 0 that rises steadily by `size` per `window` minutes, reaching `size` at
+    minute `full` (so from `full - window`), for n + 1 samples: `increase()` over `window` is
+    `size` from minute `full` on, on both Prometheus generations. Bursts cannot do that:
+    Prometheus 2's closed range [t - window, t] holds one interval more of aligned samples
+    than Prometheus 3's left-open one, so a burst in that interval counts on one only. While
+    the window still holds the counter's 0 neither extrapolates (the increase is exactly the
+    counter); after, Prometheus 3 extrapolates the steady rise to the same `size`, up to the
+    last bit (the rule rounds that off: promql.settled)."""
+    start = full - window
+    values = (size * max(0, m - start) / window for m in range(n + 1))
+    return " ".join(f"{v:.0f}" if float(v).is_integer() else repr(float(v)) for v in values)
+
+
+def ramp_over(size: float, full: int, window: int, threshold: float) -> int:
+    """The first minute `ramp(size, full, window, …)`'s increase is over `threshold`."""
+    return full - window + math.floor(window * threshold / size) + 1
+
+
 def edges(for_: str, firing: tuple[Firing, ...], start: int = 0) -> tuple[Check, ...]:
     """Checks on both edges of `for` for a condition true from minute `start`: nothing at the
     last minute before the alert may fire, exactly `firing` at the first minute `for` has

@@ -13,6 +13,7 @@ import pynvml
 import pytest
 
 from fakenvml import LIBRARY_NAME, build
+from prometheus_server import BUILT, DEBIAN, Generation, binaries_of
 
 
 @pytest.fixture(autouse=True)
@@ -68,3 +69,17 @@ def nvml_state(
         except pynvml.NVMLError_Uninitialized:
             break
     pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param(DEBIAN, id="prom2"),
+        pytest.param(BUILT, id="prom3", marks=pytest.mark.k8s),  # built by make prom-bin
+    ],
+)
+def generation(request: pytest.FixtureRequest) -> Generation:
+    """Prometheus, promtool, Alertmanager and amtool of one generation; a test taking it runs
+    on Debian's (2.42 / 0.25) and on the built ones (3.x / current), as users run either."""
+    name: str = request.param
+    return binaries_of(name)

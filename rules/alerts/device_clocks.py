@@ -13,7 +13,7 @@ from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.rules.alert_text import AlertText, device
-from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
+from kube_gpu_exporter.rules.promql import Query, agg, fmt_number, settled
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
     Check,
@@ -159,7 +159,7 @@ def _throttled_share(q: Query, window: str) -> str:
 
 def _throttling_rule(a: ThrottlingAlert, q: Query) -> AlertText:
     return AlertText(
-        f"(\n{_throttled_share(q, a.window)}\n) >= {fmt_number(a.duty)}",
+        f"{settled(_throttled_share(q, a.window))} >= {fmt_number(a.duty)}",
         f"{device(q)} held its clocks down for heat (sw_thermal_slowdown or "
         f"hw_thermal_slowdown) {{{{ $value | humanizePercentage }}}} of the last {a.window}, "
         f"at least {a.duty:.0%}, for {a.for_}: it runs below its clocks to cool down.",
@@ -174,8 +174,9 @@ def _throttling_case(a: ThrottlingAlert, w: World) -> Case:
     climbs to the duty as its window fills, so it is checked once that has happened.
 
     The at-duty probe is exact when the duty is a whole number of seconds per minute (25 %:
-    15 s; promtool adds the increments and divides exactly); otherwise GPU 0 sits just over
-    it instead."""
+    15 s); otherwise GPU 0 sits just over it instead. Prometheus 3 extrapolates the rate over
+    the interval its left-open range leaves out, a bit under the duty: the rule rounds the
+    share (promql.settled), so both generations fire on it."""
     span, held = minutes(a.window), minutes(a.for_)
     n = span + held + 15
     at_duty = a.duty * 60 if (a.duty * 60).is_integer() else just_over(a.duty) * 60

@@ -10,15 +10,17 @@ from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.rules.alert_text import AlertText, device
-from kube_gpu_exporter.rules.promql import Query, agg
+from kube_gpu_exporter.rules.promql import Query, agg, settled
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
+    Check,
     Firing,
     World,
-    bursts,
     edges,
     edges_from,
     minutes,
+    ramp,
+    ramp_over,
     s,
     steady,
 )
@@ -222,7 +224,9 @@ class PcieReplayAlert(AlertSettings):
 
 
 def _replay_rule(a: PcieReplayAlert, q: Query) -> AlertText:
-    replays = agg("max", q.device_display, f"increase({q.sel(c.PCIE_REPLAYS)}[{a.window}])")
+    replays = settled(
+        agg("max", q.device_display, f"increase({q.sel(c.PCIE_REPLAYS)}[{a.window}])")
+    )
     return AlertText(
         f"{replays} > {a.threshold}",
         f"{device(q)} retransmitted {{{{ $value | humanize }}}} PCIe packets in the last "
@@ -232,23 +236,28 @@ def _replay_rule(a: PcieReplayAlert, q: Query) -> AlertText:
 
 
 def _replay_case(a: PcieReplayAlert, w: World) -> Case:
-    """Bursts of replays, one per window from minute `first` on (after a window without any):
-    GPU 0 retransmits one packet more than the threshold per window (fires: replays are
+    """Replays at a steady rate, a window's worth by minute `full` (after a window without
+    any): GPU 0 retransmits one packet more than the threshold per window (fires: replays are
     whole packets, and any higher threshold leaves it silent), GPU 2 exactly the threshold
-    (not over it: silent), GPU 1 has old replays and no new ones. `increase` over a window
-    is a burst exactly: the range [t - window, t] of Prometheus 2 (Debian's promtool) holds a
-    sample at both ends, so nothing is extrapolated. Prometheus 3's left-open range would
-    extrapolate GPU 2 over the threshold, and this case would fail there rather than pass."""
+    (not over it: silent), GPU 1 has old replays and no new ones. A steady rise counts the
+    same on Prometheus 2's closed range and 3's left-open one (promtool_cases.ramp); GPU 0 is
+    over the threshold from the minute its ramp passes it, and `for` is checked from there;
+    GPU 2 reaches the threshold at `full`, checked `for` after."""
     held, span = minutes(a.for_), minutes(a.window)
-    first = span + 5
-    n = first + span + held + 10
+    full = 2 * span + 5
+    n = full + span + held + 10
     over = a.threshold + 1
     series = (
-        s(c.PCIE_REPLAYS, w.dev("a", 0), bursts(over, first, span, n)),
+        s(c.PCIE_REPLAYS, w.dev("a", 0), ramp(over, full, span, n)),
         s(c.PCIE_REPLAYS, w.dev("a", 1), steady(5, n)),  # old replays, none new
-        s(c.PCIE_REPLAYS, w.dev("a", 2), bursts(a.threshold, first, span, n)),
+        s(c.PCIE_REPLAYS, w.dev("a", 2), ramp(a.threshold, full, span, n)),
     )
-    return Case(series, edges(a.for_, (Firing(w.dev_out("a", 0), over),), first))
+    start = ramp_over(over, full, span, a.threshold)
+    fired = min(start + held, full)  # the ramp's increase is `over` from `full` on
+    value = over * (fired - (full - span)) / span
+    # GPU 2 is exactly at the threshold from `full`: it would fire `for` later under `>=`.
+    at = Check(full + held, (Firing(w.dev_out("a", 0), over),))
+    return Case(series, (*edges(a.for_, (Firing(w.dev_out("a", 0), value),), start), at))
 
 
 def _replay_runbook(a: PcieReplayAlert, q: Query) -> Runbook:

@@ -226,15 +226,20 @@ class FillingUpAlert(AlertSettings):
         return self
 
 
+def _recent_window(a: FillingUpAlert) -> str:
+    """`for`, and 2m at least: `deriv` needs two samples, and Prometheus 3's left-open range
+    holds only one of a target scraped every minute in `[1m]` (Prometheus 2's closed one two),
+    so a shorter window left the alert silent there."""
+    return a.for_ if duration_seconds(a.for_) >= 120 else "2m"
+
+
 def _filling_rule(a: FillingUpAlert, q: Query) -> AlertText:
     used, total = q.sel(c.MEMORY_USED), q.sel(c.MEMORY_TOTAL)
     headroom = f"{agg('max', q.device_display, total)}\n  - {agg('max', q.device_display, used)}"
     rate = agg("max", q.device_display, f"deriv({used}[{a.window}])")
     # Still growing over the whole of `for`: a framework's one-off reservation at start-up
     # is a step, whose growth leaves this window before `for` has passed.
-    recent = agg(
-        "max", q.device, f"deriv({used}[{a.for_ if duration_seconds(a.for_) >= 60 else '1m'}])"
-    )
+    recent = agg("max", q.device, f"deriv({used}[{_recent_window(a)}])")
     seconds = f"{duration_seconds(a.horizon):g}"
     expr = (
         # A rate of 0 or less divides to +Inf (or NaN when full): never under the horizon.
@@ -293,7 +298,7 @@ def _filling_case(a: FillingUpAlert, w: World) -> Case:
 
     # The start-up step looks like growth for exactly `for` (its jump leaves the recent
     # window then), so it stays pending and never fires: checked a minute after it would have.
-    after_step = step_at + for_ + 1
+    after_step = step_at + max(for_, minutes(_recent_window(a))) + 1
     checks = (*edges(a.for_, firing(start + for_), start), Check(after_step, firing(after_step)))
     return Case(tuple(series), checks)
 

@@ -1,4 +1,10 @@
-"""Debian's Prometheus, started on a loopback port for a test and queried over its HTTP API.
+"""Prometheus, started on a loopback port for a test and queried over its HTTP API, in either
+generation the rules must hold on: Debian's (Prometheus 2.42, Alertmanager 0.25) and the one
+built from the Go modules (Prometheus 3, a current Alertmanager; `make prom-bin`).
+
+Prometheus 3 changed what rules see (left-open ranges, `le`/`quantile` normalised as floats,
+regex `.` matching a newline, strict scrape content types), so every live test takes the
+`generation` fixture (tests/conftest.py), which runs it once on each, and hands it on here.
 
 Besides static jobs it can carry external labels, jobs whose targets come from a file the test
 rewrites (file_sd: targets that vanish, as Kubernetes service discovery's do) and federation
@@ -13,12 +19,60 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import real_binaries
 import yaml
 
 from support import free_port, wait_until
+
+DEBIAN = "debian"
+BUILT = "built"
+GENERATIONS = (DEBIAN, BUILT)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The Prometheus, promtool, Alertmanager and amtool of one generation."""
+
+    name: str  # DEBIAN or BUILT
+    prometheus: str
+    promtool: str
+    alertmanager: str
+    amtool: str
+
+    @property
+    def major(self) -> int:
+        """Prometheus' major version: 2 for Debian's, 3 for the built one."""
+        return 2 if self.name == DEBIAN else 3
+
+
+def binaries_of(name: str) -> Generation:
+    """The binaries of generation `name`; a missing one fails the test saying how to get it
+    (Debian's: `make test` installs them; the built ones: `make prom-bin`)."""
+    if name == DEBIAN:
+        found = {
+            tool: shutil.which(command)
+            for tool, command in (
+                ("prometheus", "prometheus"),
+                ("promtool", "promtool"),
+                ("alertmanager", "prometheus-alertmanager"),
+                ("amtool", "amtool"),
+            )
+        }
+        missing = sorted(tool for tool, path in found.items() if path is None)
+        assert not missing, f"Debian's {missing} not installed (make test installs them)"
+        return Generation(DEBIAN, **{tool: str(path) for tool, path in found.items()})
+    assert name == BUILT, name
+    return Generation(
+        BUILT,
+        **{
+            tool: str(real_binaries.require(tool))
+            for tool in ("prometheus", "promtool", "alertmanager", "amtool")
+        },
+    )
 
 
 class Prometheus:
@@ -60,6 +114,8 @@ def run_prometheus(
     external_labels: Mapping[str, str] | None = None,
     scrape_configs: Sequence[Mapping[str, Any]] = (),
     lookback_delta: str | None = None,
+    *,
+    generation: Generation,
 ) -> Iterator[Prometheus]:
     """Prometheus scraping `targets` as `job` and `extra_jobs` (name → targets; a job with no
     targets is left out), then `scrape_configs` as written in its file (`federate`,
@@ -95,6 +151,7 @@ def run_prometheus(
         port,
         workdir / "prometheus.log",
         lookback_delta,
+        generation=generation,
     )
     try:
         yield server
@@ -103,15 +160,19 @@ def run_prometheus(
 
 
 def start_prometheus(
-    config: Path, data: Path, port: int, log_path: Path, lookback_delta: str | None = None
+    config: Path,
+    data: Path,
+    port: int,
+    log_path: Path,
+    lookback_delta: str | None = None,
+    *,
+    generation: Generation,
 ) -> Prometheus:
-    """Debian's Prometheus on `config` and the TSDB in `data`, once it answers."""
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus is not installed (make test installs it)"
+    """`generation`'s Prometheus on `config` and the TSDB in `data`, once it answers."""
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [
-                binary,
+                generation.prometheus,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={data}",
                 f"--web.listen-address=127.0.0.1:{port}",
