@@ -15,16 +15,20 @@ the reason:
 5. `not_advertised`: a requested GPU resource is advertised (above 0) by no node at all (a
    node with only `nvidia.com/mig-*` does not advertise `nvidia.com/gpu`).
 6. `fragmented`: the nodes the pod may use (taints, selectors, CPU/memory pass) have enough
-   free GPUs in total, but no single one has enough.
-7. `not_advertised` again: a GPU node the pod may use advertises no GPU resource at all (its
-   device plugin is down or not started), so its GPUs cannot be counted. A node advertising
-   only MIG resources is not "down": its plugin answers, it just has no whole GPU.
-8. a node with enough free GPUs exists but something else excludes it; each such node is
+   free GPUs in total, but no single one has enough. This wins over rule 7 even where
+   tolerating a taint would place the pod (the real scheduler would then bind it): the
+   scattered GPUs are the capacity problem the alerts are for (docs/scheduler-agreement.md).
+7. a node with enough free GPUs exists but something else excludes it; each such node is
    blamed on its most fundamental failure (CPU/memory/pod slots, GPU type, other selector,
    taint: see `NodeCheck.blocked_by`), so that lifting the blamed filter alone would place
    the pod there, and across nodes the first of these wins:
    `taint_not_tolerated` (tolerating would place it), `gpu_type_unavailable`,
    `affinity_unmatched`, `other` (CPU, memory or pod count).
+8. `not_advertised` again: a GPU node the pod may use advertises no GPU resource at all (its
+   device plugin is down or not started), so its GPUs cannot be counted. A node advertising
+   only MIG resources is not "down": its plugin answers, it just has no whole GPU. It comes
+   after rule 7, which names a change that certainly places the pod (the scheduler binds it
+   once the blamed filter is lifted); a silent node's GPUs may or may not be enough.
 9. `insufficient_gpus`: no node has enough free GPUs, nor the nodes together.
 10. `other`: anything else (a pod that requests no GPU and fits nowhere).
 
@@ -48,7 +52,7 @@ from kube_gpu_exporter.exporter.cluster.view import ClusterView
 SHOWN_NODES: Final = 3  # nodes named in a summary line; explain lists them all
 
 
-_BLAME: Final = {  # rule 8: a blocking filter → its reason, in precedence order
+_BLAME: Final = {  # rule 7: a blocking filter → its reason, in precedence order
     Filter.TAINTS: Reason.TAINT_NOT_TOLERATED,
     Filter.GPU_TYPE: Reason.GPU_TYPE_UNAVAILABLE,
     Filter.AFFINITY: Reason.AFFINITY_UNMATCHED,
@@ -149,7 +153,7 @@ def _decide(
     fits = [c for c in checks if c.fits]
     if fits:
         return None, f"fits on {_named(fits)}"
-    for verdict in (_not_advertised, _fragmented, _silent, _blocked):
+    for verdict in (_not_advertised, _fragmented, _blocked, _silent):
         found = verdict(view, requested, checks)
         if found is not None:
             return found
@@ -179,7 +183,7 @@ def _not_advertised(
 def _silent(
     view: ClusterView, requested: Mapping[str, int], checks: tuple[NodeCheck, ...]
 ) -> Verdict:
-    """Rule 7: a GPU node the pod may use advertises no GPU resource at all."""
+    """Rule 8: a GPU node the pod may use advertises no GPU resource at all."""
     down = [c for c in checks if c.open and not view.nodes[c.node].gpus]
     if not requested or not down:
         return None

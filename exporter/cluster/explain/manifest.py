@@ -3,8 +3,11 @@
 The file may hold a Pod or a workload that makes pods (Deployment, StatefulSet, ReplicaSet,
 DaemonSet, Job, ReplicationController, CronJob), in any document of a multi-document file or
 in a List; the first pod spec found is the one explained. It is read as a person wrote it:
-limits without requests, no namespace, no name on a template. Every problem is one
-InputError line naming the file.
+limits without requests, no namespace, no name on a template. What the API server's
+admission adds to every pod and the scheduler reads is added as it would be: the
+DefaultTolerationSeconds plugin's NoExecute tolerations of `not-ready` and `unreachable`
+nodes (a node carrying only those NoExecute taints takes the created pod). Every problem is
+one InputError line naming the file.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from kube_gpu_exporter.exporter.input_errors import InputError, quoted
 from kube_gpu_exporter.exporter.input_yaml import parse_yaml_all, read_input
 
 MAX_DOCUMENTS: Final = 100
+# DefaultTolerationSeconds: a pod without them tolerates these NoExecute taints for 300 s.
+DEFAULT_NO_EXECUTE_KEYS: Final = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 TEMPLATE_KINDS: Final = frozenset(
     {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "ReplicationController"}
 )
@@ -31,13 +36,37 @@ def load_manifest(path: str, namespace: str) -> Pod:
     for document in documents:
         found = _pod_object(document)
         if found is not None:
-            pod = parse_pod(found, namespace)
+            pod = parse_pod(admitted(found), namespace)
             if pod is None:  # a name or namespace of the wrong type
                 raise InputError(f"{label}: the pod's metadata.name or namespace is not a string")
             return pod
     kinds = sorted({str(d.get("kind")) for d in documents if isinstance(d, Mapping)})
     shown = f" (found kind {', '.join(quoted(k) for k in kinds)})" if kinds else ""
     raise InputError(f"{label}: no Pod or pod template in it{shown}")
+
+
+def admitted(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod object as admission leaves it for the scheduler: DefaultTolerationSeconds'
+    tolerations added unless one of the pod's own already covers the taint (same or empty
+    key, NoExecute or empty effect)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return pod
+    tolerations = spec.get("tolerations")
+    own = (
+        [t for t in tolerations if isinstance(t, Mapping)] if isinstance(tolerations, list) else []
+    )
+    added = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        for key in DEFAULT_NO_EXECUTE_KEYS
+        if not any(
+            t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None)
+            for t in own
+        )
+    ]
+    if not added:
+        return pod
+    return {**pod, "spec": {**spec, "tolerations": [*own, *added]}}
 
 
 def _documents(streamed: list[Any]) -> Iterator[Any]:
