@@ -233,6 +233,7 @@ def run_control_plane(
     scheduler: bool = False,
     controllers: Sequence[str] = (),
     extra_apiserver_args: Sequence[str] = (),
+    extra_scheduler_args: Sequence[str] = (),
     timeout: float = 120,
 ) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver (+ kube-scheduler when `scheduler`, + kube-controller-manager
@@ -359,6 +360,7 @@ def run_control_plane(
                     "--leader-elect=false",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={free_port()}",
+                    *extra_scheduler_args,
                 ],
                 workdir,
                 stack,
