@@ -133,7 +133,9 @@ def check_selectors(pod: Pod, node: Node, type_labels: Collection[str]) -> Selec
             line = f"{_requirement(req)}{_has(_value(req, node))}"
             if type_fails and req.key in type_labels:
                 gpu_type.append(line)
-            elif other_fails or req.key not in type_labels:
+            elif other_fails or (not type_fails and req.key not in type_labels):
+                # a node that only the GPU type excludes fails no other requirement (a
+                # requirement of a term for another node, a pin by name, is not its failure)
                 other.append(line)
         if not gpu_type and not other:  # no term, or terms that each pass only a part
             other.append("no required node-affinity term matches as a whole")

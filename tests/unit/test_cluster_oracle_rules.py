@@ -97,3 +97,25 @@ def test_explain_f_reads_the_manifest_with_the_tolerations_admission_adds(
     path.write_text(yaml.safe_dump(own))  # its own toleration covers it: nothing added
     pod = load_manifest(str(path), "ml")
     assert [t.key for t in pod.tolerations] == [""]
+
+
+def test_a_node_of_the_wrong_gpu_type_is_not_also_said_to_fail_other_terms_pins() -> None:
+    """Terms ORed, each pinning a node by name and asking for an A100: the H100 node fails
+    only the GPU type (its own term's pin matches); the other terms' pins are not its
+    failures, and explain must not list them as a selector it fails."""
+    nodes = [make_node("gpu-a"), make_node("gpu-b")]
+    terms = [
+        {
+            "matchExpressions": [{"key": PRODUCT, "operator": "In", "values": [A100]}],
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}],
+        }
+        for name in ("gpu-a", "gpu-b")
+    ]
+    parsed = [parse_node(n) for n in nodes]
+    view = ClusterView.build([n for n in parsed if n is not None], ())
+    pod = parse_pod(make_gpu_pod("train", 1, affinity_terms=terms))
+    assert pod is not None
+    result = classify(view, pod)
+    assert result.reason is Reason.GPU_TYPE_UNAVAILABLE
+    for check in result.nodes:
+        assert check.selectors.other == (), check
