@@ -203,7 +203,8 @@ def _banner(stack: Stack, keep: bool) -> str:
         "kube-gpu-exporter demo is up:\n"
         f"  exporter      {stack.url('exporter')}/metrics\n"
         f"  cluster view  {stack.url('cluster')}/metrics\n"
-        f"  Prometheus    {stack.url('prometheus')}{stack.prometheus_alerts}\n"
+        f"  Prometheus    {stack.url('prometheus')}{stack.prometheus_alerts}{_no_ui(stack)}\n"
+        f"  running       {stack.monitoring.describe() if stack.monitoring else '?'}\n"
         f"  alerts        {stack.url('alerts')}/  (what Alertmanager holds; or: amtool "
         f"--alertmanager.url={alertmanager} alert query)\n"
         f"  work folder   {stack.spec.workdir}  (configs, data, logs; {kept})\n"
@@ -211,6 +212,13 @@ def _banner(stack: Stack, keep: bool) -> str:
         f"Why a GPU pod waits (kube-gpu-exporter explain --kubeconfig={stack.kubeconfig} "
         f"-n {FRAGMENTED_POD[0]} {FRAGMENTED_POD[1]}):\n{_explain(stack)}\n{STORY}\n"
     )
+
+
+def _no_ui(stack: Stack) -> str:
+    """Why the Prometheus address is its API: a binary built without its web UI."""
+    if stack.prometheus_alerts.startswith("/api/"):
+        return "  (this build has no web UI: its alerts API)"
+    return ""
 
 
 def _explain(stack: Stack) -> str:

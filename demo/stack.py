@@ -1,8 +1,10 @@
 """The demo's parts: the exporter, a pod-resources server, Prometheus and Alertmanager, and
 for the whole demo a Kubernetes API server, the cluster view and a page of the alerts.
 
-Prometheus and Alertmanager are Debian's `prometheus` and `prometheus-alertmanager`, run as
-they would be on a monitoring host, with the rules `generate` makes from a thresholds file.
+Prometheus and Alertmanager are the ones built from their Go modules (Prometheus 3) when
+`make prom-bin` built them, else Debian's `prometheus` and `prometheus-alertmanager`
+(monitoring.py), run as they would be on a monitoring host, with the rules `generate` makes
+from a thresholds file.
 The same stack without the cluster runs the end-to-end alert test, with a webhook receiver
 in the test. Every port is checked before anything starts; each process writes its log
 under the work folder (children.py); `stop()` ends every part it started.
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
 import time
 import urllib.request
@@ -34,6 +35,8 @@ from kube_gpu_exporter.demo.cluster_story import (
 )
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
+from kube_gpu_exporter.demo.monitoring import Monitoring
+from kube_gpu_exporter.demo.monitoring import find as find_monitoring
 from kube_gpu_exporter.demo.pod_resources_server import PodResourcesServer
 from kube_gpu_exporter.exporter.generate.outputs import RULES_FILE, render_outputs
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
@@ -62,7 +65,8 @@ class StackSpec:
     """What to run. `exporter_args` choose the exporter's backend (by default the scenario
     through `--simulate`); `exporter_env` is added to its environment. `cluster` adds the
     API server with the story's pods (the exporter watches them), the cluster view and the
-    alerts page."""
+    alerts page. `monitoring`: the Prometheus and Alertmanager to run (by default the built
+    ones where present, else Debian's)."""
 
     scenario: Path
     thresholds: Config
@@ -74,6 +78,7 @@ class StackSpec:
     exporter_args: Sequence[str] | None = None
     exporter_env: Mapping[str, str] = field(default_factory=dict)
     cluster: bool = False
+    monitoring: Monitoring | None = None
 
 
 class Stack:
@@ -86,7 +91,10 @@ class Stack:
         self.api: KubeApiServer | None = None
         self.kubeconfig = spec.workdir / "kubeconfig"
         self.refusals = 0  # the quota's refusals told as FailedCreate events so far
-        self.prometheus_alerts = "/alerts"  # or /classic/alerts where the new UI is missing
+        # Prometheus' alerts: its UI's page, the classic one (Debian's 2.x), or the API where
+        # the binary carries no UI (Prometheus 3 built from its Go module)
+        self.prometheus_alerts = "/alerts"
+        self.monitoring = spec.monitoring
         self.story_started = time.monotonic()  # when the exporter started playing the story
         self._page: AlertsPage | None = None
 
@@ -94,7 +102,7 @@ class Stack:
         return f"http://{self.spec.host}:{getattr(self.spec.ports, part)}"
 
     def start(self) -> None:
-        binaries = {name: _binary(name) for name in ("prometheus", "prometheus-alertmanager")}
+        monitoring = self.monitoring = self.spec.monitoring or find_monitoring()
         self._check_ports()
         spec = self.spec
         spec.workdir.mkdir(parents=True, exist_ok=True)
@@ -103,12 +111,12 @@ class Stack:
         self.kubelet.allocatable = allocatable(scenario)
         try:
             self.kubelet.start()
-            self._start_alertmanager(binaries["prometheus-alertmanager"])
+            self._start_alertmanager(monitoring.alertmanager)
             exporter_args: list[str] = []
             if spec.cluster:
                 exporter_args = self._start_cluster(scenario)
             self._start_exporter(exporter_args)
-            self._start_prometheus(binaries["prometheus"])
+            self._start_prometheus(monitoring.prometheus)
         except BaseException:
             self.stop()
             raise
@@ -279,21 +287,18 @@ class Stack:
             ],
             f"{self.url('prometheus')}/-/ready",
         )
-        # Debian's Prometheus 2.x is built without the new UI: its alerts are on the classic one.
-        if not answers(f"{self.url('prometheus')}/alerts"):
-            self.prometheus_alerts = "/classic/alerts"
+        # Debian's Prometheus 2.x is built without the new UI: its alerts are on the classic
+        # one. Prometheus 3 built from its module has no UI at all (npm builds it): the API.
+        self.prometheus_alerts = next(
+            (
+                page
+                for page in ("/alerts", "/classic/alerts")
+                if answers(f"{self.url('prometheus')}{page}")
+            ),
+            "/api/v1/alerts",
+        )
 
     def _write(self, name: str, text: str) -> Path:
         path = self.spec.workdir / name
         path.write_text(text)
         return path
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise DemoError(
-            f"`{name}` is not installed: apt-get install prometheus prometheus-alertmanager "
-            "(`make demo` does it)"
-        )
-    return path

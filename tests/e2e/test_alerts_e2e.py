@@ -1,5 +1,6 @@
 """Alerts end to end: the exporter → Prometheus with the generated rules → Alertmanager → a
-webhook receiver in the test, all real processes, started by the demo's own stack.
+webhook receiver in the test, all real processes, started by the demo's own stack, on both
+Prometheus / Alertmanager generations (Debian's, and Prometheus 3 with a current Alertmanager).
 
 The node is the fake libnvidia-ml under the real pynvml, so the test decides when the node
 recovers: a fine-tuning job near a full framebuffer and a notebook idling on a whole GPU fire
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from fakenvml import write_state
+from kube_gpu_exporter.demo.monitoring import Monitoring
 from kube_gpu_exporter.demo.stack import Ports, Stack, StackSpec
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.rules.config import parse_config
+from prometheus_server import BUILT, Generation
 from support import free_port, wait_until
 from webhook_receiver import Webhook, key
 
@@ -68,7 +71,7 @@ def webhook() -> Iterator[Webhook]:
 
 
 def test_alerts_reach_alertmanager_and_resolve(
-    tmp_path: Path, fake_nvml_dir: Path, webhook: Webhook
+    tmp_path: Path, fake_nvml_dir: Path, webhook: Webhook, generation: Generation
 ) -> None:
     scenario_path = tmp_path / "node.yaml"
     scenario_path.write_text(SCENARIO)
@@ -84,6 +87,9 @@ def test_alerts_reach_alertmanager_and_resolve(
         webhook_url=webhook.url,
         exporter_args=[],  # the NVML backend, over the fake library
         exporter_env={"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state)},
+        monitoring=Monitoring(
+            generation.prometheus, generation.alertmanager, built=generation.name == BUILT
+        ),
     )
     with Stack(spec) as stack:
         wait_until(lambda: webhook.alerts("firing") >= EXPECTED, WAIT, "both alerts to fire")

@@ -1,4 +1,5 @@
-"""The generated inhibit rules on Debian's real Alertmanager: one notification per cause.
+"""The generated inhibit rules on a real Alertmanager of both generations (Debian's 0.25, the
+current one built), routed as docs/examples/alertmanager-routing.yaml: one notification per cause.
 
 Alerts are posted to Alertmanager's API as Prometheus would send them; the webhook receiver
 records what reaches people. A lost GPU with its Xid 79, its holder's idle workload alert and
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -29,10 +29,11 @@ from kube_gpu_exporter.rules.alerts.device_faults import LOST_HOLDER
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 from kube_gpu_exporter.rules.promtool_cases import World
-from prometheus_server import ready
+from prometheus_server import Generation, ready
 from support import free_port, wait_until
 from webhook_receiver import Webhook
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "alertmanager-routing.yaml"
 DEVICE = {"job": "kube-gpu-exporter", "gpu": "0"}
 
 
@@ -98,27 +99,18 @@ EXPECTED = {
 
 
 @pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Webhook]]:
-    binary = shutil.which("prometheus-alertmanager")
-    assert binary, "prometheus-alertmanager is not installed (make test installs it)"
+def alertmanager(tmp_path: Path, generation: Generation) -> Iterator[tuple[str, Webhook]]:
+    """Alertmanager of `generation` on the routing example (docs/examples) and the generated
+    inhibit rules, every receiver posting to the test's webhook."""
     hook = Webhook()
     port = free_port()
-    config = {
-        "route": {
-            "receiver": "hook",
-            "group_by": ["alertname", "uuid", "instance"],
-            "group_wait": "1s",
-            "group_interval": "1s",
-            "repeat_interval": "1h",
-        },
-        "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url}]}],
-        "inhibit_rules": inhibit_rules(Config()),
-    }
+    example = yaml.safe_load(EXAMPLE.read_text())
+    config = hook.receiving({**example, "inhibit_rules": inhibit_rules(Config())})
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.Popen(
         [
-            binary,
+            generation.alertmanager,
             f"--config.file={path}",
             f"--storage.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",

@@ -39,6 +39,17 @@ class Webhook:
             delivered = [a for n in self.notifications for a in n["alerts"]]
         return {key(a["labels"]) for a in delivered if a["status"] == status}
 
+    def receiving(self, config: dict[str, Any]) -> dict[str, Any]:
+        """An Alertmanager `config` whose every receiver posts here instead (with resolved
+        alerts), and whose root route waits a second instead of its real intervals, so a
+        test sees what a routing example with its real receivers would have sent."""
+        receivers = [
+            {"name": r["name"], "webhook_configs": [{"url": self.url, "send_resolved": True}]}
+            for r in config["receivers"]
+        ]
+        route = {**config["route"], "group_wait": "1s", "group_interval": "1s"}
+        return {**config, "route": route, "receivers": receivers}
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
