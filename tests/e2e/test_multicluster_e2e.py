@@ -25,7 +25,14 @@ from kube_gpu_exporter.rules.config import Config, parse_config
 from kube_gpu_exporter.rules.promql import KSM_NODE_ALLOCATABLE
 from kube_gpu_exporter.rules.recording import recording_groups
 from kube_gpu_exporter.rules.render import rules_file
-from prometheus_server import Prometheus, federate, file_targets, run_prometheus, write_targets
+from prometheus_server import (
+    Generation,
+    Prometheus,
+    federate,
+    file_targets,
+    run_prometheus,
+    write_targets,
+)
 from support import run_exporter, serve_exposition, wait_until
 
 # The rules as a multi-cluster user generates them, the two alerts under test without `for`.
@@ -66,7 +73,9 @@ def _rules(cfg: Config, path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, Path]]:
+def clusters(
+    tmp_path_factory: pytest.TempPathFactory, generation: Generation
+) -> Iterator[tuple[Prometheus, Path]]:
     """The global Prometheus, and the file_sd file that holds west's exporter target."""
     tmp = tmp_path_factory.mktemp("multicluster")
     rules = _rules(parse_config(THRESHOLDS), tmp / "rules.yaml")
@@ -87,6 +96,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometh
                 job="kube-state-metrics",
                 external_labels={"cluster": name},
                 scrape_configs=[exporters],
+                generation=generation,
             )
             servers.append(stack.enter_context(prom))
         # Both exporters are up before the global starts: KubeGpuExporterAbsent must not fire
@@ -100,6 +110,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometh
             rule_files=[rules],
             scrape_configs=[federate("federate", servers, match)],
             lookback_delta=LOOKBACK,
+            generation=generation,
         )
         yield stack.enter_context(global_), discovered["west"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from fakenvml import write_state
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
-from prometheus_server import run_prometheus
+from prometheus_server import Generation, run_prometheus
 from support import run_exporter, values, wait_until
 
 NODE = Scenario.parse(
@@ -36,13 +36,13 @@ def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
 
 
 def test_prometheus_scrapes_every_gpu_and_sees_a_gpu_lost(
-    nvml_env: dict[str, str], tmp_path: Path
+    nvml_env: dict[str, str], tmp_path: Path, generation: Generation
 ) -> None:
     state = Path(nvml_env["FAKE_NVML_STATE"])
     write_state(state, NODE.state_at(0))
     with (
         run_exporter(["--collector.interval=1s"], tmp_path, env=nvml_env) as exporter,
-        run_prometheus(tmp_path, [f"127.0.0.1:{exporter.port}"]) as prom,
+        run_prometheus(tmp_path, [f"127.0.0.1:{exporter.port}"], generation=generation) as prom,
     ):
         up = prom.wait_for("nvidia_gpu_up == 1", count=4)
         assert {r["metric"]["uuid"] for r in up} == {

@@ -4,7 +4,6 @@ firing in Debian's Prometheus from the generated rule."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from kube_gpu_exporter.rules.alerts.node_devices import GPU_MISSING
 from kube_gpu_exporter.rules.config import parse_config
 from kube_gpu_exporter.rules.promql import Query
 from kube_gpu_exporter.rules.render import rule_dict
-from prometheus_server import run_prometheus
+from prometheus_server import Generation, run_prometheus
 from support import free_port, run_exporter, values, wait_until
 
 # Two GPUs in NVML; the fake bus has NODE_GPUS (2) of them and the test adds a third.
@@ -82,9 +81,11 @@ def test_off_with_an_empty_path(nvml_env: dict[str, str], tmp_path: Path) -> Non
     assert values(parsed, "kube_gpu_exporter_collection_errors_total", kind="sysfs") == []
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus missing")
 def test_gpu_missing_fires_in_prometheus_from_the_generated_rule(
-    nvml_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    nvml_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    generation: Generation,
 ) -> None:
     """A GPU on the bus that NVML does not list fires (a); after a restart that finds it gone
     from both, the drop in NVML's count keeps it firing (b) for the window."""
@@ -98,7 +99,9 @@ def test_gpu_missing_fires_in_prometheus_from_the_generated_rule(
     port = free_port()
     monkeypatch.setattr(support, "free_port", lambda: port)  # the restart keeps the target
     firing = 'ALERTS{alertname="GPUMissing", alertstate="firing"}'
-    with run_prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules]) as prom:
+    with run_prometheus(
+        tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules], generation=generation
+    ) as prom:
         with run_exporter(args, tmp_path, env=nvml_env):
             prom.wait_for("nvidia_gpu_node_pci_gpus == nvidia_gpu_node_driver_gpus")
             assert prom.query(firing) == []  # equal counts: nothing missing
