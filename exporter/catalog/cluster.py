@@ -18,8 +18,10 @@ from kube_gpu_exporter.exporter.catalog.metric import Metric, MetricType, Scope
 
 
 class Reason(StrEnum):
-    """Why a GPU pod waits, in the precedence the classification applies (the first that
-    holds wins). The values are `kube_gpu_pending_pods`' `reason` label — the alerts and
+    """Why a GPU pod waits, broadly in the precedence the classification applies (the first
+    that holds wins; classify.py has the exact order — a device plugin down on another node
+    ranks after a node that one filter keeps out, as the real scheduler's verdicts showed).
+    The values are `kube_gpu_pending_pods`' `reason` label — the alerts and
     panels select on them — except `quota_exceeded`, which only `explain` reports for a pod
     not yet created (a created pod's quota was charged when it was admitted)."""
 
