@@ -27,7 +27,7 @@ from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.rules.config import Config
 from kubelet_server import FakeKubelet, container, devices, pod
-from prometheus_server import Prometheus, run_prometheus
+from prometheus_server import Generation, Prometheus, run_prometheus
 from support import Exporter, run_exporter, serve_exposition, values, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,7 +118,9 @@ def schedule_one(api: KubeApiServer, view: Exporter, name: str, waited: int) -> 
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, str]]:
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory, generation: Generation
+) -> Iterator[tuple[Prometheus, str]]:
     """The demo node scraped every second, with the generated rules evaluated every second.
 
     Added to the demo: an Xid on two GPUs (so the Xid panels have series) and a kubelet whose
@@ -161,7 +163,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
                 "kube-state-metrics": [ksm],
                 "kube-gpu-exporter-cluster": [f"127.0.0.1:{view.port}"],
             }
-            with run_prometheus(tmp, [target], rule_files=[RULES], extra_jobs=jobs) as prom:
+            with run_prometheus(
+                tmp, [target], rule_files=[RULES], extra_jobs=jobs, generation=generation
+            ) as prom:
                 prom.wait_for('count_over_time(nvidia_gpu_up{job="kube-gpu-exporter"}[1m]) >= 3', 7)
                 prom.wait_for("cluster:nvidia_gpu_utilization_ratio:avg")
                 # Two waits, scraped apart, so that their histogram has a rate.

@@ -22,7 +22,7 @@ import pytest
 from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.grafana.render import dashboard_json
 from kube_gpu_exporter.rules.config import parse_config
-from prometheus_server import Prometheus, run_prometheus
+from prometheus_server import Generation, Prometheus, run_prometheus
 from support import serve_exposition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,9 @@ def shown(panel: dict[str, Any], value: float) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, str, str]]:
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory, generation: Generation
+) -> Iterator[tuple[Prometheus, str, str]]:
     tmp = tmp_path_factory.mktemp("simulated")
     with (
         serve_exposition(SIMULATED) as simulated,
@@ -90,7 +92,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
         serve_exposition(BEFORE_THE_LABEL) as before,
     ):
         jobs = {REAL_ONLY_JOB: [real, before]}
-        with run_prometheus(tmp, [simulated, real, before], extra_jobs=jobs) as prom:
+        with run_prometheus(
+            tmp, [simulated, real, before], extra_jobs=jobs, generation=generation
+        ) as prom:
             prom.wait_for(f"{INFO}", count=5)
             yield prom, simulated, real
 

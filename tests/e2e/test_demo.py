@@ -83,13 +83,14 @@ def test_bad_thresholds_and_a_missing_binary_are_one_line_errors(tmp_path: Path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "GPUAllocatedIdle" in result.stderr
 
-    env_path = {"PATH": str(tmp_path)}  # no prometheus on this PATH
+    # No prometheus on this PATH, and none built (make prom-bin) in this cache.
+    env_path = {"PATH": str(tmp_path), "KGE_BIN_CACHE": str(tmp_path / "no-builds")}
     command = exporter_command("demo", f"--workdir={tmp_path / 'w'}")
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=30, env={**os.environ, **env_path}
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "`prometheus` is not installed" in result.stderr
+    assert "`prometheus` is not installed" in result.stderr and "make prom-bin" in result.stderr
 
 
 def test_a_port_in_use_is_named_with_its_holder_before_anything_starts(tmp_path: Path) -> None:

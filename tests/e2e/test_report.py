@@ -26,7 +26,7 @@ import pytest
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.recording import recording_groups
 from kube_gpu_exporter.rules.render import rules_file
-from prometheus_server import Prometheus
+from prometheus_server import Generation, Prometheus
 from report_scenario import EXPECTED, HOURS, fleet
 from support import exporter_command
 from tsdb_backfill import backfilled
@@ -36,13 +36,16 @@ PRICE = Config().cost.gpu_hour
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory, generation: Generation
+) -> Iterator[Prometheus]:
     work = tmp_path_factory.mktemp("report")
     cfg = Config()
     rules = work / "rules.yaml"
     rules.write_text(rules_file(cfg, recording_groups(cfg)))
     start = (time.time() - HOURS * 3600 - 120) // 60 * 60
-    with backfilled(work, fleet(start), rules, start, start + HOURS * 3600) as server:
+    end = start + HOURS * 3600
+    with backfilled(work, fleet(start), rules, start, end, generation=generation) as server:
         yield server
 
 

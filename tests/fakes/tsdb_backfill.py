@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from prometheus_server import Prometheus, start_prometheus, stop_prometheus
+from prometheus_server import Generation, Prometheus, start_prometheus, stop_prometheus
 from support import free_port
 
 Labels = Mapping[str, str]
@@ -58,18 +58,19 @@ def backfilled(
     end: float,
     eval_interval: str = "30s",
     lookback: str = "2m",
+    *,
+    generation: Generation,
 ) -> Iterator[Prometheus]:
-    """Prometheus over `series` and the recording rules of `rules_file` evaluated from `start`
-    to `end`."""
-    promtool = shutil.which("promtool")
-    assert promtool, "Debian's prometheus (promtool) is not installed (make test installs it)"
+    """`generation`'s Prometheus over `series` and the recording rules of `rules_file`
+    evaluated from `start` to `end`, backfilled by its promtool."""
+    promtool = generation.promtool
     data = workdir / "data"
     source = workdir / "series.om"
     source.write_text(openmetrics(series))
     _run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)])
     groups = yaml.safe_load(rules_file.read_text())["groups"]
     recording = [r for g in groups for r in g["rules"] if "record" in r]
-    prometheus = _start(workdir, data, lookback)
+    prometheus = _start(workdir, data, lookback, generation)
     try:
         for index, level in enumerate(levels(recording)):
             level_file = workdir / f"rules-{index}.yaml"
@@ -95,7 +96,7 @@ def backfilled(
                 if block.is_dir():
                     shutil.move(str(block), data / block.name)
             stop_prometheus(prometheus)
-            prometheus = _start(workdir, data, lookback)
+            prometheus = _start(workdir, data, lookback, generation)
         yield prometheus
     finally:
         stop_prometheus(prometheus)
@@ -106,8 +107,9 @@ def _run(command: list[str]) -> None:
     assert done.returncode == 0, f"{' '.join(command[:4])}: {done.stderr[-2000:]}"
 
 
-def _start(workdir: Path, data: Path, lookback: str) -> Prometheus:
+def _start(workdir: Path, data: Path, lookback: str, generation: Generation) -> Prometheus:
     port = free_port()
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": "15s"}}))
-    return start_prometheus(config, data, port, workdir / f"prometheus-{port}.log", lookback)
+    log = workdir / f"prometheus-{port}.log"
+    return start_prometheus(config, data, port, log, lookback, generation=generation)

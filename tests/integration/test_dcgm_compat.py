@@ -48,7 +48,7 @@ from kube_gpu_exporter.exporter.snapshot import (
     Snapshot,
 )
 from kubelet_server import FakeKubelet, container, devices, pod
-from prometheus_server import Prometheus, run_prometheus
+from prometheus_server import Generation, Prometheus, run_prometheus
 from support import exporter_command, run_exporter, samples, serve_exposition, values
 
 REPO = Path(__file__).resolve().parents[2]
@@ -857,7 +857,7 @@ class DemoNode:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoNode]:
+def demo(tmp_path_factory: pytest.TempPathFactory, generation: Generation) -> Iterator[DemoNode]:
     """The demo scenario's devices with steady readings (timelines dropped), roles assigned to
     its first three whole GPUs and its first MIG GPU, a kubelet holding them, the exporter with
     `--compat.dcgm-exporter`, and Debian's Prometheus scraping it every second."""
@@ -915,7 +915,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoNode]:
         ]
         with (
             run_exporter(args, tmp) as exporter,
-            run_prometheus(tmp, [f"127.0.0.1:{exporter.port}"]) as prom,
+            run_prometheus(tmp, [f"127.0.0.1:{exporter.port}"], generation=generation) as prom,
         ):
             prom.wait_for("count_over_time(DCGM_FI_DEV_GPU_TEMP[1m]) >= 3", len(whole) + len(migs))
             prom.wait_for('DCGM_FI_DEV_FB_USED{pod="mig-0"}')
@@ -1138,12 +1138,16 @@ def test_shared_gpu_once_without_pod_labels_mig_with_its_pod(demo: DemoNode) -> 
 
 def test_prometheus_records_compat_counters_as_counters_from_the_text_format(
     tmp_path: Path,
+    generation: Generation,
 ) -> None:
     """A text-format scrape (what dcgm-exporter serves, and what a job limited to
     `scrape_protocols: [PrometheusText0.0.4]` asks for) types them `counter` in Prometheus."""
     compat = second_cycle("classic", node(full_h100()), node(full_h100()))
     body = text_of(snapshot_of(node(full_h100((2000, 1500)))), compat).decode()
-    with serve_exposition(body) as target, run_prometheus(tmp_path, [target]) as prom:
+    with (
+        serve_exposition(body) as target,
+        run_prometheus(tmp_path, [target], generation=generation) as prom,
+    ):
         prom.wait_for("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
         for name in counter_names("classic"):
             metadata = prom.api("metadata", metric=name)
@@ -1156,7 +1160,9 @@ def test_prometheus_records_compat_counters_as_counters_from_the_text_format(
 
 
 @pytest.fixture(scope="module")
-def schemas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def schemas(
+    tmp_path_factory: pytest.TempPathFactory, generation: Generation
+) -> Iterator[Prometheus]:
     """The demo scenario served three times, `--compat.dcgm-exporter=<schema>` each, scraped
     by one Prometheus as the jobs `compat-<schema>`."""
     tmp = tmp_path_factory.mktemp("dcgm-schemas")
@@ -1174,7 +1180,9 @@ def schemas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
         targets = {"classic": classic, "4.8.3": v483, "4.9": v49}
         jobs = {f"compat-{s}": [f"127.0.0.1:{e.port}"] for s, e in targets.items()}
         first, *rest = jobs.items()
-        with run_prometheus(tmp, first[1], job=first[0], extra_jobs=dict(rest)) as prom:
+        with run_prometheus(
+            tmp, first[1], job=first[0], extra_jobs=dict(rest), generation=generation
+        ) as prom:
             prom.wait_for('count_over_time(DCGM_FI_DEV_GPU_TEMP{job="compat-4.8.3"}[1m]) >= 2')
             prom.wait_for("count_over_time(DCGM_FI_DEV_GPU_TEMP_CELSIUS[1m]) >= 2")
             prom.wait_for('DCGM_FI_DEV_GPU_TEMP{job="compat-classic"}')

@@ -24,7 +24,7 @@ import yaml
 
 from kube_gpu_exporter.exporter.catalog import BY_NAME
 from kube_gpu_exporter.rules.promql_names import metric_names
-from prometheus_server import Prometheus
+from prometheus_server import Generation, Prometheus
 from tsdb_backfill import backfilled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -323,18 +323,18 @@ ANSWERS: dict[str, list[Answer]] = {
 
 
 @pytest.fixture(scope="module")
-def answered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, float]]:
-    """Debian's Prometheus over the node's MINUTES of history; (server, the last sample's
-    time, at which the questions are asked)."""
-    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
-        pytest.skip("Debian's prometheus is not installed")
+def answered(
+    tmp_path_factory: pytest.TempPathFactory, generation: Generation
+) -> Iterator[tuple[Prometheus, float]]:
+    """Prometheus of each generation over the node's MINUTES of history; (server, the last
+    sample's time, at which the questions are asked)."""
     tmp = tmp_path_factory.mktemp("doc-queries")
     start = (time.time() - MINUTES * 60 - 600) // 60 * 60
     noop = tmp / "rules.yaml"  # nothing to record: the one recorded series is in the world
     rule = {"record": "doc:noop:sum", "expr": "vector(1)"}
     noop.write_text(yaml.safe_dump({"groups": [{"name": "n", "rules": [rule]}]}))
     end = start + MINUTES * 60
-    with backfilled(tmp, world(start), noop, start, end) as prom:
+    with backfilled(tmp, world(start), noop, start, end, generation=generation) as prom:
         yield prom, end
 
 
