@@ -94,6 +94,15 @@ def pods_of_size(min_bytes: int) -> list[api_pb2.PodResources]:
     return pods
 
 
+def kubelet_args(socket: Path, interval: str = "0.5s") -> list[str]:
+    """`serve`'s flags to attribute through the kubelet on `socket`, collecting as often."""
+    return [
+        f"--collector.interval={interval}",
+        f"--kubelet.pod-resources-socket={socket}",
+        f"--kubelet.interval={interval}",
+    ]
+
+
 class FakeKubelet(PodResourcesServer):
     """The kubelet's pod-resources server at `socket_path`; a context manager that starts it.
 

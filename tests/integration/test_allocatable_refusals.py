@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubelet_server import FakeKubelet, container, devices, pod
+from kubelet_server import FakeKubelet, container, devices, kubelet_args, pod
 from support import Samples, run_exporter, values, wait_until
 
 GPU0 = "GPU-00000000-0000-4000-8000-000000000000"
@@ -32,13 +32,7 @@ def test_a_refused_allocatable_listing_is_counted_unless_the_kubelet_is_old(
 ) -> None:
     (tmp_path / "node.yaml").write_text(SCENARIO)
     socket = tmp_path / "kubelet.sock"
-    args = [
-        "--simulate",
-        str(tmp_path / "node.yaml"),
-        "--collector.interval=0.3s",
-        f"--kubelet.pod-resources-socket={socket}",
-        "--kubelet.interval=0.3s",
-    ]
+    args = ["--simulate", str(tmp_path / "node.yaml"), *kubelet_args(socket, "0.3s")]
     with FakeKubelet(socket) as kubelet:
         kubelet.pods = [pod("ml", "train", container("c", devices("nvidia.com/gpu", GPU0)))]
         kubelet.allocatable = [devices("nvidia.com/gpu", GPU0)]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakenvml import write_state
+from fakenvml import exporter_env
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
-from kubelet_server import FakeKubelet, container, devices, pod
+from kubelet_server import FakeKubelet, container, devices, kubelet_args, pod
 from support import run_exporter, values, wait_until
 
 GPU0 = "GPU-00000000-0000-4000-8000-000000000000"
@@ -40,15 +40,9 @@ OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child
 def test_without_hostpid_a_shared_gpus_split_is_absent_not_zero(
     fake_nvml_dir: Path, tmp_path: Path
 ) -> None:
-    state = tmp_path / "state"
-    write_state(state, NODE.state_at(0))
-    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state)}
+    env = exporter_env(fake_nvml_dir, tmp_path / "state", NODE.state_at(0))
     socket = tmp_path / "kubelet.sock"
-    args = [
-        "--collector.interval=0.5s",
-        f"--kubelet.pod-resources-socket={socket}",
-        "--kubelet.interval=0.5s",
-    ]
+    args = kubelet_args(socket)
     with FakeKubelet(socket) as kubelet:
         kubelet.pods = [
             pod("ml", name, container("main", devices("nvidia.com/gpu", f"{GPU0}::{i}")))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakenvml import write_state
+from fakenvml import exporter_env
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from support import run_exporter, values
 
@@ -25,9 +25,7 @@ def test_simulated_data_is_marked(tmp_path: Path) -> None:
 
 
 def test_nvml_data_is_not_marked(fake_nvml_dir: Path, tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    write_state(state, Scenario.parse(SCENARIO).state_at(0))
-    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state)}
+    env = exporter_env(fake_nvml_dir, tmp_path / "state", Scenario.parse(SCENARIO).state_at(0))
     with run_exporter(["--collector.interval=0.5s"], tmp_path, env=env) as exporter:
         parsed = exporter.metrics()
     assert values(parsed, INFO, simulated="false") == [1]

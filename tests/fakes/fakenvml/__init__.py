@@ -391,3 +391,10 @@ def call_count(library: ctypes.CDLL, function: str) -> int:
     count.restype = ctypes.c_ulonglong
     count.argtypes = [ctypes.c_char_p]
     return int(count(function.encode()))
+
+
+def exporter_env(library_dir: Path, state: Path, node: NodeState) -> dict[str, str]:
+    """Write `node` to `state` and return the environment that makes a subprocess's pynvml
+    load the fake from `library_dir` and serve that state (the exporter as a real process)."""
+    write_state(state, node)
+    return {"LD_LIBRARY_PATH": str(library_dir), "FAKE_NVML_STATE": str(state)}
