@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,3 +85,19 @@ def generation(request: pytest.FixtureRequest) -> Generation:
     on Debian's (2.42 / 0.25) and on the built ones (3.x / current), as users run either."""
     name: str = request.param
     return binaries_of(name)
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed P-256 certificate and key for 127.0.0.1 (openssl, as make test installs
+    it): the TLS ports' tests share it."""
+    openssl = shutil.which("openssl")
+    assert openssl, "the openssl CLI is missing (Debian's openssl package)"
+    folder = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext",
+         "subjectAltName=IP:127.0.0.1", "-keyout", "server.key", "-out", "server.crt"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "server.crt", folder / "server.key"

@@ -10,10 +10,8 @@ test to seconds where the behaviour is the same at the defaults.
 from __future__ import annotations
 
 import secrets
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -77,20 +75,6 @@ def test_never_reading_clients_of_other_addresses_hold_no_request_slot(tmp_path:
         finally:
             close_all(held)
     scraper.seen.assert_served()
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl CLI to make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext",
-         "subjectAltName=IP:127.0.0.1", "-keyout", "server.key", "-out", "server.crt"],
-        cwd=folder, check=True, capture_output=True,
-    )  # fmt: skip
-    return folder / "server.crt", folder / "server.key"
 
 
 def tls_config(tmp_path: Path, certificate: tuple[Path, Path]) -> tuple[str, ssl.SSLContext]:

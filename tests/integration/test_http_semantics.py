@@ -4,14 +4,13 @@ q-values, and plain HTTP on a TLS port, against the real process over bare socke
 from __future__ import annotations
 
 import gzip
-import shutil
 import socket
 import ssl
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
+from abuse_clients import https_status
 from raw_http import Reader, closed_by_peer, connect, request
 
 from kube_gpu_exporter.exporter.serve.server import accepts_gzip
@@ -136,20 +135,6 @@ def test_control_characters_in_a_configured_header_are_refused_at_start(tmp_path
     assert "headers.Content-Security-Policy: control character" in lines[0]
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl CLI to make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext",
-         "subjectAltName=IP:127.0.0.1", "-keyout", "server.key", "-out", "server.crt"],
-        cwd=folder, check=True, capture_output=True,
-    )  # fmt: skip
-    return folder / "server.crt", folder / "server.key"
-
-
 def test_plain_http_on_the_tls_port_gets_go_s_400(
     tmp_path: Path, certificate: tuple[Path, Path]
 ) -> None:
@@ -175,16 +160,6 @@ def test_plain_http_on_the_tls_port_gets_go_s_400(
             proc.terminate()
             proc.wait(timeout=15)
     assert "Traceback" not in log.read_text()
-
-
-def https_status(port: int, context: ssl.SSLContext) -> int:
-    try:
-        with urllib.request.urlopen(
-            f"https://127.0.0.1:{port}/readyz", context=context, timeout=5
-        ) as response:
-            return int(response.status)
-    except OSError:
-        return 0
 
 
 def check_tls_port(port: int, client: ssl.SSLContext) -> None:
