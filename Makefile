@@ -117,6 +117,7 @@ bench: $(STAMP)
 	$(PY) bench/profiling.py --readme
 	$(PY) bench/abuse.py --readme
 	$(PY) bench/cluster.py --readme
+	$(PY) bench/cluster_real.py --readme
 
 # Regenerate the kubelet pod-resources stubs from exporter/kubelet/v1/api.proto.
 proto: $(STAMP)
