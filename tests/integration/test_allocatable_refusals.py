@@ -38,18 +38,25 @@ def test_a_refused_allocatable_listing_is_counted_unless_the_kubelet_is_old(
         kubelet.allocatable = [devices("nvidia.com/gpu", GPU0)]
         kubelet.allocatable_error = (code, "refused by the test")
         with run_exporter(args, tmp_path) as exporter:
-
-            def after_calls(n: int) -> Samples | None:
-                parsed = exporter.metrics()
-                done = kubelet.calls["GetAllocatableResources"] >= n
-                return parsed if done and values(parsed, "nvidia_gpu_allocation_info") else None
-
-            first = wait_until(lambda: after_calls(2), what="two allocatable listings")
-            more = kubelet.calls["GetAllocatableResources"] + 2
-            later = wait_until(lambda: after_calls(more), what="two more")
             errors = "kube_gpu_exporter_collection_errors_total"
-            (before,) = values(first, errors, kind=KIND)
-            (after,) = values(later, errors, kind=KIND)
+
+            def counted_after(calls: int) -> tuple[float, Samples] | None:
+                """The count in a body rendered by a cycle that began after the kubelet had
+                been asked `calls` times (three cycles later: the listing lands in between)."""
+                if kubelet.calls["GetAllocatableResources"] < calls:
+                    return None
+                start = exporter.metrics()
+                (cycles,) = values(start, "kube_gpu_exporter_collections_total")
+                parsed = exporter.metrics_when(
+                    lambda m: values(m, "kube_gpu_exporter_collections_total")[0] >= cycles + 3,
+                    "three more cycles",
+                )
+                (count,) = values(parsed, errors, kind=KIND)
+                return count, parsed
+
+            before, _ = wait_until(lambda: counted_after(2), what="two allocatable listings")
+            more = kubelet.calls["GetAllocatableResources"] + 2
+            after, later = wait_until(lambda: counted_after(more), what="two more")
             if counted:
                 assert 0 < before < after  # every refused listing, while it lasts
             else:
