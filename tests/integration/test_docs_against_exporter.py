@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from kube_gpu_exporter.demo.kube_api import NODE, KubeApiServer
-from support import Samples, run_exporter, wait_until
+from support import Samples, run_exporter, samples, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -103,7 +103,10 @@ def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             def provoked() -> Run | None:
                 log = [parse_logfmt(x) for x in exporter.log().splitlines() if x.startswith("ts=")]
                 wanted = set(PROVOKED) - ({"exporter.nvml.sampler"} if NVML_PRESENT else set())
-                metrics = exporter.metrics()
+                status, _, body = exporter.get()
+                if status != 200:  # no cycle has completed yet (NVML absent: it retries)
+                    return None
+                metrics = samples(body)
                 kinds = {dict(labels).get("kind") for name, labels in metrics if name == ERRORS}
                 seen = {line.source for line in log}
                 return (
