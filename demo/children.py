@@ -35,6 +35,12 @@ _PRELUDE = (
 )
 
 
+def ended_with_parent(argv: Sequence[str]) -> list[str]:
+    """`argv` run so that it gets SIGTERM when this process dies, however it dies (the
+    prelude sets PR_SET_PDEATHSIG, then execs `argv`)."""
+    return [sys.executable, "-I", "-S", "-c", _PRELUDE, str(os.getpid()), *argv]
+
+
 class DemoError(InputError):
     """The stack cannot run here (a binary missing, a port taken, a part that would not
     start); one line, exit 2."""
@@ -60,7 +66,7 @@ class Children:
         """Start `argv` as `name` and wait until `ready_url` answers 200."""
         with self.log_path(name).open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _PRELUDE, str(os.getpid()), *argv],
+                ended_with_parent(argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

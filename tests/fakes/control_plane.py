@@ -38,6 +38,7 @@ import pytest
 import yaml
 from real_binaries import require
 
+from kube_gpu_exporter.demo.children import ended_with_parent
 from support import free_port, wait_until
 
 ADMIN_USER = "kge-admin"
@@ -169,8 +170,14 @@ def _start(
     started again); stopped on stack exit."""
     log_path = workdir / f"{name}.log"
     log = log_path.open("ab")
+    # Ended with the test process even when it is killed (a CI time-out, ^C twice): an
+    # orphaned etcd and API server would keep their ports and a few hundred MiB.
     proc = subprocess.Popen(
-        list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
+        ended_with_parent(argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=workdir,
     )
     log.close()
 

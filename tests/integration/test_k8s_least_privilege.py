@@ -28,7 +28,7 @@ from control_plane import ControlPlane, run_control_plane
 from operator_crds import install_crds
 
 from cluster_objects import make_gpu_pod, make_node
-from kubelet_server import FakeKubelet, container, devices, pod
+from kubelet_server import FakeKubelet, container, devices, kubelet_args, pod
 from support import exporter_command, run_exporter, values, wait_until
 
 pytestmark = pytest.mark.k8s
@@ -239,8 +239,7 @@ def test_serve_works_with_the_node_exporters_token(plane: ControlPlane, tmp_path
     with FakeKubelet(socket) as kubelet:
         kubelet.pods = [pod("lab", "notebook", container("main", devices("nvidia.com/gpu", GPU0)))]
         args = [
-            "--simulate", str(tmp_path / "node.yaml"), "--collector.interval=0.5s",
-            f"--kubelet.pod-resources-socket={socket}", "--kubelet.interval=0.5s",
+            "--simulate", str(tmp_path / "node.yaml"), *kubelet_args(socket),
             "--kubernetes.enabled", f"--kubernetes.kubeconfig={kubeconfig}",
             f"--kubernetes.node-name={NODE}", "--kubernetes.pod-labels=team",
         ]  # fmt: skip

@@ -37,7 +37,7 @@ from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.watches import PAGE, REFUSALS
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
-from kubelet_server import FakeKubelet, claim, claim_device, container, devices, pod
+from kubelet_server import FakeKubelet, claim, claim_device, container, devices, kubelet_args, pod
 from support import Exporter, run_exporter, values, wait_until
 
 pytestmark = pytest.mark.k8s
@@ -283,8 +283,7 @@ def test_node_exporter_pods_and_resource_slices_survive_a_restart(
             pod("serving", "llm-0", container("main", claims=[dra])),
         ]
         args = [
-            "--simulate", str(tmp_path / "node.yaml"), "--collector.interval=0.5s",
-            f"--kubelet.pod-resources-socket={socket}", "--kubelet.interval=0.5s",
+            "--simulate", str(tmp_path / "node.yaml"), *kubelet_args(socket),
             "--kubernetes.enabled", f"--kubernetes.kubeconfig={plane.kubeconfig}",
             f"--kubernetes.node-name={NODE}", "--kubernetes.pod-labels=team",
         ]  # fmt: skip
