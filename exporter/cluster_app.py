@@ -15,7 +15,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Any, Final
+from typing import Final
 
 from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.cluster.flags import add_gpu_flags
@@ -28,12 +28,8 @@ DEFAULT_PORT: Final = 19401  # the node exporter's 19400 plus one
 EXIT_USAGE: Final = 2
 
 
-def register(commands: Any) -> None:
-    """Add `cluster` to the CLI's subcommands (`commands` is argparse's subparsers action)."""
-    parser = commands.add_parser(
-        "cluster",
-        help="serve the cluster's GPU capacity and why GPU pods wait (one replica per cluster)",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`cluster`'s flags on its parser."""
     add_web_flags(parser, DEFAULT_PORT)
     duration_flag(
         parser,

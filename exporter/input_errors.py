@@ -16,9 +16,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 
-import yaml
-
-if TYPE_CHECKING:  # pydantic is loaded only by the files that validate with it
+if TYPE_CHECKING:  # pyyaml and pydantic load only with the files that are read with them
+    import yaml
     from pydantic import ValidationError
 
 MAX_MESSAGE: Final = 400  # characters of one error line, before the CLI's prefix
@@ -50,6 +49,8 @@ class InputError(ValueError):
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """`not valid YAML at line L, column C: <problem>`."""
+    import yaml
+
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         mark = exc.problem_mark
         problem = exc.problem or exc.context or "syntax error"

@@ -34,6 +34,7 @@ that file: the chart's values for the thresholds file.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = WHERE
     """The `generate` subcommand's flags."""
     parser.add_argument(
         "--config",

@@ -18,7 +18,7 @@ from kube_gpu_exporter.rules.config import Config
 
 NAME = "kube-gpu-exporter"  # every object's name; the Service's is Prometheus' job
 CONTAINER = "exporter"
-PORT = 19400  # the exporter's default (exporter/cli.py DEFAULT_PORT; a test ties them)
+PORT = 19400  # the exporter's default (exporter/serve_command.py DEFAULT_PORT; a test ties them)
 PORT_NAME = "metrics"
 SELECTOR_LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "exporter"}
 POD_RESOURCES_VOLUME = "pod-resources"

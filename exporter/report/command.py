@@ -5,16 +5,16 @@ recording rules.
 Exit status 0 when the report is written, 2 on bad input — a `--since` that is not a
 duration, an `--out` that cannot be written, a Prometheus that does not answer or has no data
 for the period, a `--cluster` or `--namespace` that held no GPU, the `report` extra not
-installed — as one line on stderr, never a traceback. The CLI registers the subcommand with
-`register`; this module imports only argparse when loaded, so other commands do not pay for
-Jinja2 and matplotlib.
+installed — as one line on stderr, never a traceback. The CLI adds the subcommand's flags
+with `add_arguments`; this module imports only argparse when loaded, so the command alone
+pays for Jinja2 and matplotlib.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Final
+from typing import Final
 
 PROG: Final = "kube-gpu-exporter"
 EXIT_USAGE: Final = 2
@@ -22,17 +22,8 @@ EXTRA: Final = "pip install 'kube-gpu-exporter[report]'"
 FORMATS: Final = ("html", "json", "csv")
 
 
-def register(commands: Any) -> None:
-    """Add `report` to the CLI's subcommands (`commands` is argparse's subparsers action)."""
-    parser = commands.add_parser(
-        "report",
-        help="write a GPU efficiency report over a period from Prometheus (HTML, JSON or CSV)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0] if __doc__ else None
     parser.add_argument(
         "--prometheus",
         required=True,

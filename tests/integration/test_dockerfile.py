@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 
 from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter.cli import DEFAULT_PORT
+from kube_gpu_exporter.exporter.serve_command import DEFAULT_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"

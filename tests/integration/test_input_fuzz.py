@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inprocess_cli import assert_one_line, offline_cli, run_cli
 
-from kube_gpu_exporter.exporter.cli import RESERVED_PATHS, build_parser
+from kube_gpu_exporter.exporter.cli import build_parser
+from kube_gpu_exporter.exporter.serve.flags import RESERVED_PATHS
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter.cli import DEFAULT_PORT, build_parser
+from kube_gpu_exporter.exporter.cli import build_parser
 from kube_gpu_exporter.exporter.generate.daemonset import PORT, container_args
 from kube_gpu_exporter.exporter.generate.outputs import render_outputs
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.serve_command import DEFAULT_PORT
 from kube_gpu_exporter.rules.config import Config, ConfigError, parse_config
 from kube_gpu_exporter.rules.settings.values import parse_matchers
 

@@ -7,7 +7,7 @@ check printed with its evidence (report.py). Exit status: 0 when the pod would s
 unreadable or invalid manifest, a kubeconfig that does not load, an API server that does not
 answer, a pod that does not exist — as one line on stderr, never a traceback.
 
-The CLI registers the subcommand with `register`; this module imports only argparse when
+The CLI adds the subcommand's flags with `add_arguments`; this module imports only argparse when
 loaded, so other commands do not pay for the cluster view or the kubernetes client.
 """
 
@@ -25,17 +25,8 @@ EXIT_SCHEDULES, EXIT_WAITS, EXIT_USAGE = 0, 1, 2
 POD_PREFIXES: Final = ("pod/", "pods/", "po/")  # kubectl's TYPE/NAME form
 
 
-def register(commands: Any) -> None:
-    """Add `explain` to the CLI's subcommands (`commands` is argparse's subparsers action)."""
-    parser = commands.add_parser(
-        "explain",
-        help="say why a GPU pod is Pending, or whether a manifest would schedule",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0] if __doc__ else None
     parser.add_argument("pod", nargs="?", metavar="POD", help="the pending pod's name")
     parser.add_argument(
         "-n",
