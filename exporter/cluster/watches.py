@@ -84,13 +84,11 @@ class ClusterWatches:
         timeout: float = 10.0,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
-        import kubernetes
-
         self._client = api_client(kubeconfig)
         self._settings = settings
         self._observe = observe
         self.rejections = rejections if rejections is not None else QuotaRejections(settings)
-        core = kubernetes.client.CoreV1Api(self._client)
+        api = self._client.lister
         self._nodes: _Held[Node] = _Held()
         self._pods: _Held[Pod] = _Held()
         self._quotas: _Held[Quota] = _Held()
@@ -100,24 +98,24 @@ class ClusterWatches:
             "page_size": PAGE,
         }
         self.watches: dict[str, ListWatch[Any]] = {
-            NODES: ListWatch(NODES, core.list_node, _node, self._nodes.publish, **options),
+            NODES: ListWatch(NODES, api("/api/v1/nodes"), _node, self._nodes.publish, **options),
             PODS: ListWatch(
                 PODS,
-                functools.partial(core.list_pod_for_all_namespaces, field_selector=ACTIVE_PODS),
+                api("/api/v1/pods", field_selector=ACTIVE_PODS),
                 self._pod,
                 self._pods.publish,
                 **options,
             ),
             QUOTAS: ListWatch(
                 QUOTAS,
-                core.list_resource_quota_for_all_namespaces,
+                api("/api/v1/resourcequotas"),
                 functools.partial(_quota, settings=settings),
                 self._quotas.publish,
                 **options,
             ),
             EVENTS: ListWatch(
                 EVENTS,
-                functools.partial(core.list_event_for_all_namespaces, field_selector=REFUSALS),
+                api("/api/v1/events", field_selector=REFUSALS),
                 self.rejections.parse,
                 self.rejections.publish,
                 **options,

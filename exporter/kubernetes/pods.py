@@ -2,13 +2,12 @@
 
 Attribution on shared GPUs goes PID → cgroup (`cgroups.py`) → container id / pod uid; this
 module turns those into (namespace, pod, container) and adds the pod's phase, labels and owner.
-The list-and-watch itself (threading, backoff, 410 relists) is `kube_watch.py`; readers get an
+The list-and-watch itself (threading, backoff, 410 relists) is `list_watch.py`; readers get an
 immutable `PodIndex` swapped in by one assignment and never wait on the API.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -155,7 +154,7 @@ def _container_ids(status: Mapping[str, Any]) -> dict[str, str]:
 
 
 class PodWatcher(Watcher):
-    """Lists and watches the pods of `node_name` (see `kube_watch.py`), publishing a `PodIndex`.
+    """Lists and watches the pods of `node_name` (see `list_watch.py`), publishing a `PodIndex`.
 
     `kubeconfig` None means in-cluster config (service account token and CA).
     """
@@ -170,12 +169,9 @@ class PodWatcher(Watcher):
     ) -> None:
         client = node_api_client(node_name, kubeconfig, "pods")
         self._index = EMPTY_INDEX
-        core = _core_api(client)
         self._watch: ListWatch[PodInfo] = ListWatch(
             "pods",
-            functools.partial(
-                core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
-            ),
+            client.lister("/api/v1/pods", field_selector=f"spec.nodeName={node_name}"),
             _parse_event_pod,
             self._publish,
             timeout=timeout,
@@ -196,9 +192,3 @@ def _parse_event_pod(obj: Mapping[str, Any]) -> tuple[str, PodInfo | None] | Non
     if pod is None:
         return None
     return pod.uid, None if pod.phase in TERMINAL_PHASES else pod
-
-
-def _core_api(client: Any) -> Any:
-    import kubernetes
-
-    return kubernetes.client.CoreV1Api(client)

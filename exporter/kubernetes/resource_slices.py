@@ -10,7 +10,7 @@ A pool may be spread over several slices and is republished with a higher `pool.
 when it changes; only the newest generation of each pool counts, as the scheduler does.
 `resource.k8s.io/v1` is tried first, then `v1beta2` and `v1beta1` (clusters before 1.34);
 v1beta1 nests a device's attributes under `basic`. A cluster that serves none of them has no
-DRA: the watch idles (see `kube_watch.NotServed`) and is not reported as down.
+DRA: the watch idles (see `list_watch.NotServed`) and is not reported as down.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     status_code,
 )
 
-API_VERSIONS = ("ResourceV1Api", "ResourceV1beta2Api", "ResourceV1beta1Api")
+API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 UUID_ATTRIBUTE = "uuid"
 NOT_FOUND = 404
 
@@ -106,13 +106,16 @@ class ResourceSliceWatcher(Watcher):
         driver: str = NVIDIA_DRA_DRIVER,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
-        import kubernetes
-
         client = node_api_client(node_name, kubeconfig, "ResourceSlices")
-        self._apis = [getattr(kubernetes.client, name)(client) for name in API_VERSIONS]
-        self._version = 0
         self._driver = driver
-        self._selector = f"spec.nodeName={node_name},spec.driver={driver}"
+        selector = f"spec.nodeName={node_name},spec.driver={driver}"
+        self._apis = [
+            client.lister(
+                f"/apis/resource.k8s.io/{version}/resourceslices", field_selector=selector
+            )
+            for version in API_VERSIONS
+        ]
+        self._version = 0
         self._uuids: Mapping[tuple[str, str], str] = MappingProxyType({})
         self._watch: ListWatch[SliceDevices] = ListWatch(
             "resourceslices",
@@ -144,16 +147,10 @@ class ResourceSliceWatcher(Watcher):
     def _request(self, **params: Any) -> Any:
         """The list or watch call on the first API version the server serves."""
         for _ in API_VERSIONS:
-            api = self._apis[self._version]
             try:
-                response = api.list_resource_slice(field_selector=self._selector, **params)
+                return self._apis[self._version](**params)
             except Exception as exc:
                 if status_code(exc) != NOT_FOUND:
                     raise
-            else:
-                if getattr(response, "status", 200) != NOT_FOUND:
-                    return response
-                response.close()
-                response.release_conn()
             self._version = (self._version + 1) % len(API_VERSIONS)
         raise NotServed("resource.k8s.io ResourceSlices are not served (no DRA in this cluster)")

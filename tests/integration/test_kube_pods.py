@@ -179,7 +179,7 @@ def test_module_does_not_import_kubernetes() -> None:
     [
         (None, "no such file"),
         ("", "empty"),
-        ("clusters: [unclosed", "while parsing"),
+        ("clusters: [unclosed", "not valid YAML at line 2"),
         ("- a\n- b\n", "kubeconfig"),
         ("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n", "nowhere"),
         (b"\xff\xfe\x00\x01binary", "kubeconfig"),
