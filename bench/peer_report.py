@@ -250,7 +250,8 @@ def render(r: Run, run: str) -> str:
                 "",
                 f"Node: {r.devices} devices (8 A100 × 7 MIG 1g.10gb) on the fake NVML; collection "
                 f"interval {r.settings.interval_s} s for ours and nvitop; prometheus-client serves "
-                "one fixed snapshot and renders it per request.",
+                "one fixed snapshot and renders it per request. Every exporter's body named all "
+                f"{r.devices} device UUIDs before any figure was taken.",
                 "",
                 *table(r),
                 "",

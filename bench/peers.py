@@ -60,11 +60,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
     parser.add_argument("--readme", action="store_true", help="write the figures to README")
     args = parser.parse_args(argv)
     quick = args.quick
-    steady = 20.0 if quick else 3600.0 if args.long else 120.0
+    steady = args.steady or (20.0 if quick else 3600.0 if args.long else 120.0)
     settings = Settings(
         interval_s=args.interval,
         cold_starts=args.cold_starts or (2 if quick else 5),
-        steady_s=args.steady or steady,
+        steady_s=steady,
         rss_every_s=5.0 if quick else 10.0 if steady <= 600 else 60.0,
         idle_s=args.idle or (6.0 if quick else 20.0),
         scrape_s=args.scrapes or (3.0 if quick else 10.0),
