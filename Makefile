@@ -114,6 +114,8 @@ bench: $(STAMP)
 	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(PY) bench/run.py
+	$(PY) bench/peers.py --readme
+	$(PY) bench/rss_profile.py --readme
 	$(PY) bench/profiling.py --readme
 	$(PY) bench/abuse.py --readme
 	$(PY) bench/cluster.py --readme

@@ -230,6 +230,51 @@ def test_mig(nvml: FakeDriver) -> None:
     assert [(p.pid, p.gpuInstanceId, p.computeInstanceId) for p in only] == [(888, 9, 0)]
 
 
+def test_the_calls_other_nvml_clients_make(nvml: FakeDriver) -> None:
+    """nvitop-exporter (bench/peers.py) reads the node through these; a missing one would
+    cost it a failed symbol lookup and an exception on every device each cycle."""
+    assert pynvml.nvmlSystemGetCudaDriverVersion() == 12040
+    gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetTemperatureV(gpu, pynvml.NVML_TEMPERATURE_GPU) == 62
+    with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+        pynvml.nvmlDeviceGetTemperatureV(gpu, pynvml.NVML_TEMPERATURE_GPU, version=0x0200000C)
+    assert pynvml.nvmlDeviceGetPowerManagementLimit(gpu) == 700_000
+    for unsupported in (
+        pynvml.nvmlDeviceGetFanSpeed,
+        lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+    ):
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            unsupported(gpu)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetPcieThroughput(gpu, 2)
+    assert pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3(gpu) == []
+    assert len(pynvml.nvmlDeviceGetComputeRunningProcesses_v3(gpu)) == 2
+
+    parent = pynvml.nvmlDeviceGetHandleByIndex(1)
+    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+    assert pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3(mig) == []
+    for whole_gpu_only in (
+        lambda h: pynvml.nvmlDeviceGetTemperatureV(h, pynvml.NVML_TEMPERATURE_GPU),
+        pynvml.nvmlDeviceGetPowerManagementLimit,
+    ):
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            whole_gpu_only(mig)
+        whole_gpu_only(parent)
+
+
+def test_limit_and_temperature_v_follow_their_older_calls(driver: FakeDriver) -> None:
+    node = Scenario.parse("devices: [{unsupported: [temperature_celsius, power_limit_watts]}]")
+    driver.write(node.state_at(0))
+    pynvml.nvmlInit()
+    gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for read in (
+        lambda h: pynvml.nvmlDeviceGetTemperatureV(h, pynvml.NVML_TEMPERATURE_GPU),
+        pynvml.nvmlDeviceGetPowerManagementLimit,
+    ):
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            read(gpu)
+
+
 def test_unsupported_readings_and_injected_errors(driver: FakeDriver) -> None:
     node = Scenario.parse(
         "devices: [{unsupported: [power_watts, ecc, clock_events, processes]}, {}]"

@@ -87,6 +87,18 @@
  * already in the file when the GPU is registered are delivered too). If a rewrite shortens
  * the list, the set's position is clamped to the new length.
  *
+ * Calls the exporter does not make, answered for other NVML clients (bench/peers.py runs
+ * nvitop-exporter on this fake): nvmlSystemGetCudaDriverVersion answers 12040 (CUDA 12.4, what
+ * driver 550 ships; NVML answers a known version when it finds no libcuda, and the fake has
+ * none); nvmlDeviceGetTemperatureV, nvmlDeviceGetPowerManagementLimit read the `temperature`
+ * and `power_limit` lines as nvmlDeviceGetTemperature and nvmlDeviceGetEnforcedPowerLimit do;
+ * nvmlDeviceGetFanSpeed answers NOT_SUPPORTED (data-centre SXM modules have no fan of their
+ * own), nvmlDeviceGetPcieThroughput NOT_SUPPORTED (the state file describes no PCIe traffic);
+ * nvmlDeviceGetGraphicsRunningProcesses_v3 lists none (every `process` is a compute process).
+ * nvmlDeviceGetConfComputeMemSizeInfo is left out on purpose: nvitop takes it, without
+ * nvmlDeviceGetRunningProcessDetailList, for a driver whose v3 process struct carries
+ * usedGpuCcProtectedMemory, a layout the fake does not fill.
+ *
  * Every call is counted per function (whatever it answers): fakeNvmlCallCount("nvmlDevice...")
  * returns how often that function was entered since the library was loaded, so a test can
  * prove a function is not asked again.
@@ -801,6 +813,16 @@ API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned length) {
     LEAVE(put_str(version, length, g_state.nvml));
 }
 
+#define FAKE_CUDA_DRIVER_VERSION 12040 /* CUDA 12.4: driver 550's */
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
+    ENTER();
+    if (!cudaDriverVersion)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *cudaDriverVersion = FAKE_CUDA_DRIVER_VERSION;
+    LEAVE(NVML_SUCCESS);
+}
+
 /* ---- device discovery and identity ---- */
 
 API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
@@ -972,6 +994,30 @@ API nvmlReturn_t nvmlDeviceGetTemperature(void *device, unsigned sensor, unsigne
     LEAVE(NVML_SUCCESS);
 }
 
+/* nvmlTemperature_v1_t; its version is NVML_STRUCT_VERSION(Temperature, 1). The same sensor
+ * as nvmlDeviceGetTemperature, as a signed value. */
+typedef struct {
+    unsigned version;
+    unsigned sensorType;
+    int temperature;
+} temperature_v1_t;
+#define TEMPERATURE_V1 (sizeof(temperature_v1_t) | (1u << 24))
+
+API nvmlReturn_t nvmlDeviceGetTemperatureV(void *device, temperature_v1_t *temperature) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    int rc = override(t.gpu, "nvmlDeviceGetTemperature"); /* unsupported where that is */
+    if (rc != NVML_SUCCESS)
+        LEAVE(rc);
+    if (!temperature || temperature->sensorType != 0)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (temperature->version != TEMPERATURE_V1)
+        LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    temperature->temperature = (int)t.gpu->temperature;
+    LEAVE(NVML_SUCCESS);
+}
+
 API nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned *power) {
     target_t t;
     ENTER();
@@ -990,6 +1036,41 @@ API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *device, unsigned *limit) 
         LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     *limit = t.gpu->limit_mw;
     LEAVE(NVML_SUCCESS);
+}
+
+/* The limit the power management algorithm holds to; the fake has one limit, so it reads
+ * like the enforced one (and is unsupported where that is). */
+API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(void *device, unsigned *limit) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    int rc = override(t.gpu, "nvmlDeviceGetEnforcedPowerLimit");
+    if (rc != NVML_SUCCESS)
+        LEAVE(rc);
+    if (!limit)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *limit = t.gpu->limit_mw;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* SXM modules are cooled by the chassis: NVML answers NOT_SUPPORTED ("does not have a fan"). */
+API nvmlReturn_t nvmlDeviceGetFanSpeed(void *device, unsigned *speed) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!speed)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    LEAVE(NVML_ERROR_NOT_SUPPORTED);
+}
+
+/* Counters 0 (TX bytes) and 1 (RX bytes); the state file describes no PCIe traffic. */
+API nvmlReturn_t nvmlDeviceGetPcieThroughput(void *device, unsigned counter, unsigned *value) {
+    target_t t;
+    ENTER();
+    RESOLVE(device, GPU_ONLY, &t);
+    if (!value || counter > 1)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    LEAVE(NVML_ERROR_NOT_SUPPORTED);
 }
 
 API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *device, unsigned long long *energy) {
@@ -1450,6 +1531,20 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned 
         infos[k].computeInstanceId = p->ci;
         k++;
     }
+    LEAVE(NVML_SUCCESS);
+}
+
+/* Every process of the state file is a compute process: no graphics contexts, on a GPU or a
+ * MIG device (the same two-call pattern: a zero count answers SUCCESS). */
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(void *device, unsigned *count,
+                                                          process_info_t *infos) {
+    target_t t;
+    (void)infos;
+    ENTER();
+    RESOLVE(device, MIG_OK, &t);
+    if (!count)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *count = 0;
     LEAVE(NVML_SUCCESS);
 }
 
