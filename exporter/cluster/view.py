@@ -7,6 +7,10 @@ it that have not ended (phase Succeeded or Failed), as the scheduler's NodeResou
 counts it; each bound pod also takes one of the node's `pods`. A pod that is being deleted
 still holds its resources until it is gone, so it still counts. Pods bound to a node the
 view does not know are left out.
+
+`build` makes a view from scratch (`explain`'s one read, the reference in tests); the
+`cluster` command keeps one current change by change instead (incremental_view.py), which
+makes the same value per cycle.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ class NodeState:
 class ClusterView:
     """Nodes (by name, in name order), the pods, quotas by namespace, and the settings.
 
-    Build it with `ClusterView.build`; it is immutable apart from a cache of
-    classifications (`classify.py`) keyed by `Pod.placement_key`, valid for this view only.
+    Build it with `ClusterView.build` (or `IncrementalView`); it is immutable apart from a
+    cache of classifications (`classify.py`) keyed by `Pod.placement_key`, valid for this
+    view only. `pending`: the pods waiting for the scheduler that request a GPU resource.
     """
 
     nodes: Mapping[str, NodeState]
@@ -60,6 +65,7 @@ class ClusterView:
     quotas: Mapping[str, tuple[Quota, ...]]
     settings: ClusterSettings
     advertised: Mapping[str, int]  # GPU resource → allocatable over all nodes
+    pending: tuple[Pod, ...]
     cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -79,7 +85,7 @@ class ClusterView:
                 add(usage, pod.requests)
                 usage[PODS] = usage.get(PODS, 0) + 1
         states = {
-            name: _state(by_name[name], allocated.get(name, {}), settings)
+            name: node_state(by_name[name], allocated.get(name, {}), settings)
             for name in sorted(by_name)
         }
         advertised: dict[str, int] = {}
@@ -94,6 +100,7 @@ class ClusterView:
             quotas=MappingProxyType({ns: tuple(q) for ns, q in by_namespace.items()}),
             settings=settings,
             advertised=MappingProxyType(advertised),
+            pending=tuple(pod for pod in pods if waits_for_gpu(pod, settings)),
         )
 
     def gpu_requests(self, pod: Pod) -> dict[str, int]:
@@ -103,13 +110,19 @@ class ClusterView:
     def pending_gpu_pods(self) -> list[Pod]:
         """Pods waiting for the scheduler that request a GPU resource: what classification
         is for (a pod's own quota was charged when it was created, so it is not re-checked)."""
-        return [pod for pod in self.pods if pod.unscheduled and self.gpu_requests(pod)]
+        return list(self.pending)
 
     def pod(self, namespace: str, name: str) -> Pod | None:
         return next((p for p in self.pods if p.namespace == namespace and p.name == name), None)
 
 
-def _state(node: Node, allocated: Mapping[str, int], settings: ClusterSettings) -> NodeState:
+def waits_for_gpu(pod: Pod, settings: ClusterSettings) -> bool:
+    """Waiting for the scheduler and requesting a GPU resource: what `pending` holds."""
+    return pod.unscheduled and bool(settings.gpu_part(pod.requests))
+
+
+def node_state(node: Node, allocated: Mapping[str, int], settings: ClusterSettings) -> NodeState:
+    """The node with `allocated` (what its bound pods request, `pods` counted) taken off."""
     free = {
         name: max(0, amount - allocated.get(name, 0)) for name, amount in node.allocatable.items()
     }

@@ -9,9 +9,9 @@ ended pods (the server filters them out, and one that ends leaves the watch) and
 wait for the scheduler without requesting a GPU (they hold nothing on any node). Of the
 events only GPU quota refusals are held, each as its count (quota_events.py).
 
-The watch threads replace entries of their dicts; `objects()` copies the values in one C-level
-call, which the GIL makes atomic with respect to those threads, so the view is built from a
-consistent list per resource without a lock on the event path.
+The watch threads change their dicts through `HeldObjects` (view_changes.py), which notes
+each change under a lock; `take()` hands the loop each resource's objects at one moment with
+the changes since its last take, from which it updates its view (incremental_view.py).
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
 from kube_gpu_exporter.exporter.cluster.quota_events import FAILED_CREATE, QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.cluster.view_changes import HeldObjects, Taken
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import WATCH_SECONDS, ListWatch
 
@@ -38,25 +39,7 @@ REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
 RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS)
 
-T = TypeVar("T")
 PodObserver = Callable[[Pod], None]
-
-
-class _Held(Generic[T]):
-    """One resource's objects by key, as its watch last published them."""
-
-    def __init__(self) -> None:
-        self.items: Mapping[str, T] = {}
-        self.listed = False
-        self.lists = 0  # how many times it was (re)listed: each time all its objects are new
-
-    def publish(self, items: Mapping[str, T]) -> None:
-        self.items = items  # the watch's own dict: read with `values()` below
-        self.listed = True
-        self.lists += 1
-
-    def values(self) -> tuple[T, ...]:
-        return tuple(self.items.values())  # one C call: atomic under the GIL
 
 
 @dataclass(frozen=True)
@@ -66,6 +49,15 @@ class Objects:
     nodes: tuple[Node, ...]
     pods: tuple[Pod, ...]
     quotas: tuple[Quota, ...]
+
+
+@dataclass(frozen=True)
+class TakenObjects:
+    """What the cluster loop takes of the watches once a cycle."""
+
+    nodes: Taken[Node]
+    pods: Taken[Pod]
+    quotas: Taken[Quota]
 
 
 class ClusterWatches:
@@ -89,21 +81,29 @@ class ClusterWatches:
         self._observe = observe
         self.rejections = rejections if rejections is not None else QuotaRejections(settings)
         api = self._client.lister
-        self._nodes: _Held[Node] = _Held()
-        self._pods: _Held[Pod] = _Held()
-        self._quotas: _Held[Quota] = _Held()
+        self._nodes: HeldObjects[Node] = HeldObjects()
+        self._pods: HeldObjects[Pod] = HeldObjects()
+        self._quotas: HeldObjects[Quota] = HeldObjects()
         options: dict[str, Any] = {
             "timeout": timeout,
             "watch_seconds": watch_seconds,
             "page_size": PAGE,
         }
         self.watches: dict[str, ListWatch[Any]] = {
-            NODES: ListWatch(NODES, api("/api/v1/nodes"), _node, self._nodes.publish, **options),
+            NODES: ListWatch(
+                NODES,
+                api("/api/v1/nodes"),
+                _node,
+                self._nodes.publish,
+                store=self._nodes.store,
+                **options,
+            ),
             PODS: ListWatch(
                 PODS,
                 api("/api/v1/pods", field_selector=ACTIVE_PODS),
                 self._pod,
                 self._pods.publish,
+                store=self._pods.store,
                 **options,
             ),
             QUOTAS: ListWatch(
@@ -111,6 +111,7 @@ class ClusterWatches:
                 api("/api/v1/resourcequotas"),
                 functools.partial(_quota, settings=settings),
                 self._quotas.publish,
+                store=self._quotas.store,
                 **options,
             ),
             EVENTS: ListWatch(
@@ -152,6 +153,10 @@ class ClusterWatches:
 
     def objects(self) -> Objects:
         return Objects(self._nodes.values(), self._pods.values(), self._quotas.values())
+
+    def take(self) -> TakenObjects:
+        """Each resource now, with what changed since the last take (view_changes.py)."""
+        return TakenObjects(self._nodes.take(), self._pods.take(), self._quotas.take())
 
     def up(self) -> dict[str, bool]:
         return {name: watch.up for name, watch in self.watches.items()}

@@ -50,6 +50,9 @@ T = TypeVar("T")
 # An object → (key, value); value None removes the key (e.g. a pod that ended); None ignores it.
 Parse = Callable[[Mapping[str, Any]], tuple[str, T | None] | None]
 Request = Callable[..., Any]  # the client's list call, bound to its selectors
+# One event's change applied to the held dict (value None removes the key); the cluster view's
+# watches note each change as they apply it (cluster/view_changes.py).
+Store = Callable[[dict[str, T], str, T | None], None]
 
 
 class NotServed(Exception):
@@ -66,7 +69,8 @@ class WatchError(Exception):
 
 class ListWatch(Generic[T]):
     """Lists and watches through `request`, calling `publish` with the current objects (by
-    key) after the list and after each event. See the module docstring for the protocol.
+    key) after the list (a new dict) and after each event (the same dict, changed through
+    `store`). See the module docstring for the protocol.
 
     `timeout` bounds connecting and each read of a list; a watch read may be silent up to its
     server-side duration plus `timeout`.
@@ -83,11 +87,13 @@ class ListWatch(Generic[T]):
         watch_seconds: int = WATCH_SECONDS,
         on_stop: Callable[[], None] | None = None,
         page_size: int | None = None,
+        store: Store[T] | None = None,
     ) -> None:
         self.name = name
         self._request = request
         self._parse = parse
         self._publish = publish
+        self._store: Store[T] = store or _store
         self._timeout = timeout
         self._watch_seconds = watch_seconds
         self._on_stop = on_stop
@@ -259,12 +265,17 @@ class ListWatch(Generic[T]):
             parsed = self._parse(obj)
             if parsed is None:
                 log.debug("%s watch: event %s without identity ignored", self.name, kind)
-            elif kind == "DELETED" or parsed[1] is None:
-                items.pop(parsed[0], None)
             else:
-                items[parsed[0]] = parsed[1]
+                self._store(items, parsed[0], None if kind == "DELETED" else parsed[1])
             self._publish(items)
         return str(new_version) if new_version else version
+
+
+def _store(items: dict[str, T], key: str, value: T | None) -> None:
+    if value is None:
+        items.pop(key, None)
+    else:
+        items[key] = value
 
 
 def node_api_client(node_name: str, kubeconfig: str | None, objects: str) -> Any:

@@ -1,10 +1,12 @@
-"""The cluster view's loop: on its own interval, build the view from what the watches hold,
-classify the pending GPU pods, build the families and render them, off the event loop.
+"""The cluster view's loop: on its own interval, bring the view up to date with what the
+watches changed, classify the pending GPU pods, build the families and render them, off the
+event loop.
 
 As with the node's collection loop, a scrape never waits for this: it serves `latest`,
-replaced by one assignment at the end of each cycle. Building is pure CPU over slim values
-(tens of milliseconds for thousands of pods), run in a daemon thread (collection.py's
-`Worker`) so the event loop keeps answering scrapes meanwhile. Metrics are served from the
+replaced by one assignment at the end of each cycle. The view is updated change by change
+(cluster/incremental_view.py) and built whole only after a (re)list: pure CPU over slim
+values, run in a daemon thread (collection.py's `Worker`) so the event loop keeps answering
+scrapes meanwhile. Metrics are served from the
 first cycle after every watch has listed once; before that /metrics and /readyz answer 503,
 since a half-listed cluster would report pods pending on nodes the view does not know yet.
 
@@ -25,11 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from kube_gpu_exporter.exporter.cluster.incremental_view import IncrementalView
 from kube_gpu_exporter.exporter.cluster.quota_events import QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.transitions import Transitions
-from kube_gpu_exporter.exporter.cluster.view import ClusterView
-from kube_gpu_exporter.exporter.cluster.watches import Objects
+from kube_gpu_exporter.exporter.cluster.watches import TakenObjects
 from kube_gpu_exporter.exporter.exposition.cluster_families import (
     ClusterState,
     WatchHealth,
@@ -52,7 +54,7 @@ class Watches(Protocol):
     @property
     def lists(self) -> int: ...
 
-    def objects(self) -> Objects: ...
+    def take(self) -> TakenObjects: ...
 
     def up(self) -> dict[str, bool]: ...
 
@@ -74,7 +76,7 @@ class ClusterLoop:
         rejections: QuotaRejections | None = None,
     ) -> None:
         self._watches = watches
-        self._settings = settings
+        self._view = IncrementalView(settings)  # this loop's thread alone updates it
         self._interval = interval
         self._transitions = transitions
         self._rejections = rejections
@@ -121,19 +123,18 @@ class ClusterLoop:
             await asyncio.sleep(max(0.0, wait - elapsed))
 
     def cycle(self) -> FamiliesBody:
-        """One build → classify → render of the view. Runs off the event loop."""
+        """One update → classify → render of the view. Runs off the event loop."""
         started = time.monotonic()
-        objects = self._watches.objects()
+        taken = self._watches.take()
         transitions = None
         if self._transitions is not None:
-            present = (f"{pod.namespace}/{pod.name}" for pod in objects.pods)
-            self._transitions.forget(present, started)
+            self._transitions.forget(taken.pods.keys, started)  # keys are namespace/name
             transitions = self._transitions.snapshot()
-        view = ClusterView.build(objects.nodes, objects.pods, objects.quotas, self._settings)
+        view = self._view.update(taken.nodes, taken.pods, taken.quotas)
         counts = {
-            "nodes": len(objects.nodes),
-            "pods": len(objects.pods),
-            "resourcequotas": len(objects.quotas),
+            "nodes": len(taken.nodes.values),
+            "pods": len(taken.pods.values),
+            "resourcequotas": len(taken.quotas.values),
             "events": self._rejections.events if self._rejections is not None else 0,
         }
         errors = self._watches.errors_total()
