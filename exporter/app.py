@@ -92,7 +92,7 @@ def _kube_directory(args: argparse.Namespace) -> KubeDirectory | None:
     from kube_gpu_exporter.exporter.kubernetes.resource_slices import ResourceSliceWatcher
 
     labels = [key.strip() for key in args.pod_labels.split(",") if key.strip()]
-    pods = PodWatcher(args.node_name, args.kubeconfig)
+    pods = PodWatcher(args.node_name, args.kubeconfig, labels=labels)
     slices = ResourceSliceWatcher(args.node_name, args.kubeconfig)
     return KubeDirectory(pods, Path(args.procfs), labels, slices)
 

@@ -8,7 +8,8 @@ immutable `PodIndex` swapped in by one assignment and never wait on the API.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -38,7 +39,7 @@ RUNTIME_PREFIX_SEPARATOR = "://"  # containerd://<id>, cri-o://<id>, docker://<i
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     """What attribution needs of a pod. `containers` maps bare container id → container name.
 
@@ -102,23 +103,30 @@ class PodIndex:
 EMPTY_INDEX = PodIndex.build(())
 
 
-def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
-    """A pod object (the API's JSON) as a PodInfo; None if it lacks a uid, namespace or name."""
+def parse_pod(obj: Mapping[str, Any], labels: Collection[str] | None = None) -> PodInfo | None:
+    """A pod object (the API's JSON) as a PodInfo; None if it lacks a uid, namespace or name.
+
+    `labels`: the label keys to keep (`--kubernetes.pod-labels`), None for all. A node's watch
+    keeps only those: the others were most of what a pod held (labels of a few hundred bytes
+    each, on every pod of the node) and nothing reads them. Namespaces, phases and owner kinds
+    are interned, so a thousand pods of one namespace hold its name once.
+    """
     metadata = _mapping(obj.get("metadata"))
     status = _mapping(obj.get("status"))
     uid, namespace, name = (metadata.get(k) for k in ("uid", "namespace", "name"))
     if not (isinstance(uid, str) and isinstance(namespace, str) and isinstance(name, str)):
         return None
-    labels = {str(k): str(v) for k, v in _mapping(metadata.get("labels")).items() if v is not None}
-    owner_kind, owner_name = _owner(metadata.get("ownerReferences"), labels)
+    every = {str(k): str(v) for k, v in _mapping(metadata.get("labels")).items() if v is not None}
+    owner_kind, owner_name = _owner(metadata.get("ownerReferences"), every)
+    kept = every if labels is None else {k: every[k] for k in labels if k in every}
     phase = status.get("phase")
     return PodInfo(
         uid=uid,
-        namespace=namespace,
+        namespace=sys.intern(namespace),
         name=name,
-        phase=phase if isinstance(phase, str) and phase else "Pending",
-        labels=MappingProxyType(labels),
-        owner_kind=owner_kind,
+        phase=sys.intern(phase) if isinstance(phase, str) and phase else "Pending",
+        labels=MappingProxyType(kept) if kept else _EMPTY,
+        owner_kind=sys.intern(owner_kind),
         owner_name=owner_name,
         containers=MappingProxyType(_container_ids(status)),
     )
@@ -156,7 +164,11 @@ def _container_ids(status: Mapping[str, Any]) -> dict[str, str]:
 class PodWatcher(Watcher):
     """Lists and watches the pods of `node_name` (see `list_watch.py`), publishing a `PodIndex`.
 
-    `kubeconfig` None means in-cluster config (service account token and CA).
+    `kubeconfig` None means in-cluster config (service account token and CA); `labels` the
+    pod label keys attribution copies (the others are not kept).
+
+    The index is built when read (once per collection cycle) and only if a pod changed since:
+    built on every event, a relisting node of many pods rebuilt it once per pod.
     """
 
     def __init__(
@@ -166,13 +178,18 @@ class PodWatcher(Watcher):
         timeout: float = 10.0,
         *,
         watch_seconds: int = WATCH_SECONDS,
+        labels: Collection[str] = (),
     ) -> None:
         client = node_api_client(node_name, kubeconfig, "pods")
+        self._labels = frozenset(labels)
+        self._pods: Mapping[str, PodInfo] = {}
+        self._changes = 0  # events published so far
+        self._indexed = 0  # the value of _changes when the index was built
         self._index = EMPTY_INDEX
         self._watch: ListWatch[PodInfo] = ListWatch(
             "pods",
             client.lister("/api/v1/pods", field_selector=f"spec.nodeName={node_name}"),
-            _parse_event_pod,
+            self._parse,
             self._publish,
             timeout=timeout,
             watch_seconds=watch_seconds,
@@ -180,15 +197,19 @@ class PodWatcher(Watcher):
         )
 
     def _publish(self, pods: Mapping[str, PodInfo]) -> None:
-        self._index = PodIndex.build(pods.values())
+        self._pods = pods  # the watch's own dict, changed in place by its thread
+        self._changes += 1
 
     def index(self) -> PodIndex:
+        changes = self._changes  # read first: a change while building shows next time
+        if changes != self._indexed:
+            self._index = PodIndex.build(tuple(self._pods.values()))  # one C call: atomic
+            self._indexed = changes
         return self._index
 
-
-def _parse_event_pod(obj: Mapping[str, Any]) -> tuple[str, PodInfo | None] | None:
-    """A pod keyed by uid; an ended pod (Succeeded, Failed) is removed."""
-    pod = parse_pod(obj)
-    if pod is None:
-        return None
-    return pod.uid, None if pod.phase in TERMINAL_PHASES else pod
+    def _parse(self, obj: Mapping[str, Any]) -> tuple[str, PodInfo | None] | None:
+        """A pod keyed by uid; an ended pod (Succeeded, Failed) is removed."""
+        pod = parse_pod(obj, self._labels)
+        if pod is None:
+            return None
+        return pod.uid, None if pod.phase in TERMINAL_PHASES else pod

@@ -144,6 +144,34 @@ def test_parse_pod_tolerates_missing_and_odd_fields() -> None:
     assert pod == PodInfo("u", "ns", "p", "Pending", {}, "", "", {})
 
 
+def test_a_nodes_watch_keeps_only_the_labels_attribution_copies() -> None:
+    obj = make_pod(
+        "p", labels={"team": "a", "app": "x", "pod-template-hash": "7d9f8c"},
+        owner=("ReplicaSet", "web-7d9f8c"),
+    )  # fmt: skip
+    pod = parse_pod(obj, labels=frozenset({"team", "missing"}))
+    assert pod is not None
+    assert dict(pod.labels) == {"team": "a"}
+    assert (pod.owner_kind, pod.owner_name) == ("Deployment", "web")  # read before dropping
+    unlabelled = parse_pod(obj, labels=frozenset())
+    assert unlabelled is not None and dict(unlabelled.labels) == {}
+    assert parse_pod(obj) is not None and len(parse_pod(obj).labels) == 3  # type: ignore[union-attr]
+
+
+def test_the_index_is_built_when_read_and_only_after_a_change(
+    api: KubeApiServer, start_watcher: WatcherFactory
+) -> None:
+    api.put(make_pod("a", "ml", labels={"team": "x", "other": "y"}))
+    watcher = start_watcher(labels=("team",))
+    first = wait_until(lambda: watcher.index().by_name.get(("ml", "a")), WAIT, "pod a")
+    assert dict(first.labels) == {"team": "x"}
+    index = watcher.index()
+    assert watcher.index() is index  # nothing changed: the same index, not rebuilt
+    api.put(make_pod("b", "ml"))
+    wait_until(lambda: ("ml", "b") in watcher.index().by_name, WAIT, "pod b in a new index")
+    assert watcher.index() is not index
+
+
 def test_index_lookups_and_completed_pods() -> None:
     running = parse_pod(make_pod("run", "ml", containers={"main": f"containerd://{CID_A}"}))
     done = parse_pod(make_pod("done", "ml", phase="Succeeded"))
@@ -244,7 +272,7 @@ def test_initial_list_selects_this_nodes_active_pods(
             labels={"pod-template-hash": "7d4b9c8f6d"},
         )
     )
-    watcher = start_watcher()
+    watcher = start_watcher(labels=("app",))
     index = watcher.index()
     assert names(index) == {"trainer-0", "starting", "web-7d4b9c8f6d-x2x9z"}
     trainer = index.by_name[("ml", "trainer-0")]
