@@ -1,5 +1,5 @@
-"""Xid events within a window, per device and code: the one query the Xid alerts, the
-dashboards and the report share.
+"""Xid events within a window, per device and code: the query the Xid alerts and the
+dashboards share, and its form over a whole period for the report.
 
 The exporter serves a code's counter from its first event, at 1, and no zeros in advance
 (16 codes × 8 GPUs were 128 constant series on every 8-GPU node). `increase()` over a series'
