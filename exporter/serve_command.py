@@ -12,7 +12,6 @@ import argparse
 import os
 
 from kube_gpu_exporter.exporter import logs
-from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.input_errors import quoted
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
@@ -80,11 +79,12 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "--collector.xid-codes",
         dest="xid_codes",
         type=xid_codes,
-        default=WATCHED_XIDS,
+        default=(),
         metavar="CODES",
-        help="Xid codes whose counters exist at 0 on every GPU from the start, so that "
-        "increase() sees a first event and a restart shows as a reset; others appear at their "
-        f"first event (default: the alerts' codes, {','.join(map(str, WATCHED_XIDS))})",
+        help="Xid codes whose counters exist at 0 on every GPU from the start, for queries "
+        "of your own that need increase() to see a first event (default none: every code's "
+        "counter appears at its first event; the alerts tell a first event by the Xid watch's "
+        "start and need no zeros)",
     )
     serve.add_argument(
         "--simulate",

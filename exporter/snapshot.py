@@ -83,6 +83,9 @@ class NodeSample:
     errors: Mapping[str, int] = field(default_factory=dict)  # error kind → count this cycle
     # Whether NVML lists every container's processes (hostPID); None: not known (simulated)
     host_pid_namespace: bool | None = None
+    # Unix time the Xid counts of `devices` count from (the Xid watch's start, renewed with the
+    # NVML session); None: no Xid watch. Alerts tell a first Xid from an old one by it.
+    xid_watch_start: float | None = None
 
 
 # --- attribution: which container holds which device ----------------------------------------

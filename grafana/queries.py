@@ -15,8 +15,10 @@ from kube_gpu_exporter.rules.promql import (
     agg,
 )
 from kube_gpu_exporter.rules.record_names import names
+from kube_gpu_exporter.rules.xid_query import xid_events as xid_events_within
 
 RATE = "$__rate_interval"
+RATE_SECONDS = "$__rate_interval_ms / 1000"  # the same window as a number, beside time()
 WHOLE = 'parent_uuid=""'  # whole GPUs: a MIG-enabled GPU's memory covers its instances
 SLOWDOWNS = (
     "sw_power_cap|sw_thermal_slowdown|hw_thermal_slowdown|hw_slowdown|hw_power_brake_slowdown"
@@ -58,7 +60,9 @@ def slowdowns_by_reason(q: Query) -> str:
 
 
 def xid_events(q: Query, by: tuple[str, ...]) -> str:
-    return agg("sum", by, f"increase({q.sel(c.XID_ERRORS)}[{RATE}])")
+    """Xid events per rate interval, first events included (rules/xid_query.py: a counter
+    appears at its first event, at 1, which `increase()` alone does not count)."""
+    return agg("sum", by, xid_events_within(q, RATE, RATE_SECONDS))
 
 
 def ecc_errors(q: Query, metric: c.Metric, by: tuple[str, ...]) -> str:
@@ -167,7 +171,7 @@ def pod_metric(q: Query, metric: c.Metric) -> str:
 
 def pod_xid_events(device: Query, pods: Query) -> str:
     """Xid events on the devices each pod holds (summed over Xid codes, so one per device)."""
-    events = agg("sum", device.device_display, f"increase({device.sel(c.XID_ERRORS)}[{RATE}])")
+    events = agg("sum", device.device_display, xid_events_within(device, RATE, RATE_SECONDS))
     return pod_on_device(device, pods, events)
 
 

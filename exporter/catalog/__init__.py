@@ -110,6 +110,7 @@ from kube_gpu_exporter.exporter.catalog.self_monitoring import (
     POD_RESOURCES_LAST_SUCCESS,
     POD_RESOURCES_UP,
     UNMAPPED_DEVICES,
+    XID_WATCH_START,
 )
 
 ALL_METRICS: tuple[Metric, ...] = (
@@ -138,6 +139,7 @@ ALL_METRICS: tuple[Metric, ...] = (
     COLLECTIONS,
     COLLECTION_ERRORS,
     HOST_PID_NAMESPACE,
+    XID_WATCH_START,
     POD_RESOURCES_UP,
     POD_RESOURCES_LAST_SUCCESS,
     UNMAPPED_DEVICES,
@@ -231,6 +233,7 @@ __all__ = [
     "UNMAPPED_DEVICES",
     "UTILIZATION",
     "XID_ERRORS",
+    "XID_WATCH_START",
     "Metric",
     "MetricType",
     "PodResourcesErrorKind",

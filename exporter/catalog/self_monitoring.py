@@ -37,6 +37,14 @@ LAST_SUCCESS = Metric(
     "Unix time of the last collection cycle in which NVML answered.",
     X,
 )
+XID_WATCH_START = Metric(
+    "kube_gpu_exporter_xid_watch_start_timestamp_seconds",
+    G,
+    "seconds",
+    "Unix time the exporter began counting Xid events (its start, or NVML's re-initialisation): "
+    "nvidia_gpu_xid_errors_total counts from then. Absent while no Xid events are watched.",
+    X,
+)
 HOST_PID_NAMESPACE = Metric(
     "kube_gpu_exporter_host_pid_namespace",
     G,

@@ -83,7 +83,5 @@ def codes(kind: XidKind) -> tuple[int, ...]:
 
 HARDWARE_XIDS: tuple[int, ...] = codes(HARDWARE)
 APPLICATION_XIDS: tuple[int, ...] = codes(APPLICATION)
-# The codes the alerts watch by default: the exporter serves their counters at 0 from start.
-WATCHED_XIDS: tuple[int, ...] = tuple(sorted({*HARDWARE_XIDS, *APPLICATION_XIDS}))
 XID_NAMES: Mapping[int, str] = {x.code: x.name for x in XIDS}
 XID_MEANINGS: Mapping[int, str] = {x.code: x.meaning for x in XIDS if x.meaning}

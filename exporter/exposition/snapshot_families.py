@@ -126,6 +126,10 @@ class SnapshotCollector:
             host_pid = family(c.HOST_PID_NAMESPACE)
             add(host_pid, {}, int(self._snapshot.node.host_pid_namespace))
             yield host_pid
+        if self._snapshot.node.xid_watch_start is not None:
+            watch = family(c.XID_WATCH_START)
+            add(watch, {}, self._snapshot.node.xid_watch_start)
+            yield watch
         if state.pod_resources_up is not None:
             for metric, value in (
                 (c.POD_RESOURCES_UP, int(state.pod_resources_up)),

@@ -12,7 +12,6 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter.catalog.xid import WATCHED_XIDS
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_SOCKET
 from kube_gpu_exporter.rules.config import Config
 
@@ -45,12 +44,8 @@ def container_args(cfg: Config) -> list[str]:
     ]
     if cfg.deployment.per_process_attribution:
         args.append("--path.procfs=/proc")
-    # The Xid alerts' codes, served at 0 from the start so that increase() sees a first event;
-    # the exporter's default is the default lists, so only a changed list needs the flag.
-    alerts = cfg.alerts
-    watched = tuple(sorted({*alerts.GPUXidErrors.xids, *alerts.GPUXidApplicationErrors.xids}))
-    if watched != WATCHED_XIDS:
-        args.append(f"--collector.xid-codes={','.join(map(str, watched))}")
+    # No --collector.xid-codes: the Xid alerts tell a first event by the Xid watch's start,
+    # whatever codes they watch, so no code's counter is served at 0 in advance.
     return args
 
 

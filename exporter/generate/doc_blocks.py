@@ -2,7 +2,8 @@
 `generate` (and compared by `generate --check`) like deploy/.
 
 A hand-kept "23 alerts" in the README went stale as alerts were added; so did the list of
-`collection_errors_total` kinds in docs/metrics.md. Each such figure now sits between two
+`collection_errors_total` kinds in docs/metrics.md. The fleet cost table (series and bytes per
+reading group) is counted in bodies the real code renders. Each such figure now sits between two
 markers, `<!-- generate:NAME -->` and `<!-- /generate:NAME -->`, and is rendered here from the
 same rule groups deploy/ is rendered from and from the catalog. Only the text between the
 markers is rewritten; a file without markers is left alone, so running `generate` in a folder
@@ -125,10 +126,18 @@ def _error_kinds(_: Config) -> str:
     return "\n" + "\n".join(table) + "\n"
 
 
+def _fleet_cost(cfg: Config) -> str:
+    """Series and bytes of the fleet, counted in real renders (fleet_cost.py)."""
+    from kube_gpu_exporter.exporter.generate.fleet_cost import fleet_table
+
+    return fleet_table(cfg)
+
+
 RENDERERS: Mapping[str, Callable[[Config], str]] = {
     "rule-counts": _rule_counts,
     "alert-groups": _alert_groups,
     "collection-error-kinds": _error_kinds,
+    "fleet-cost": _fleet_cost,
 }
 
 

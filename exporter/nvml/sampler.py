@@ -75,9 +75,10 @@ class NvmlSampler:
         gpm: GpmReader | None = None,
         xid_codes: tuple[int, ...] = (),
     ) -> None:
-        """`xid_codes`: Xids whose counters exist at 0 on every GPU from the start, so that
-        `increase()` sees their first event. `gpm`: the GPM reader, for a bench that must
-        compute GPM on back-to-back cycles (its clock decides when two samples are apart)."""
+        """`xid_codes`: Xids whose counters exist at 0 on every GPU from the start (none by
+        default: the alerts tell a first event by the Xid watch's start). `gpm`: the GPM
+        reader, for a bench that must compute GPM on back-to-back cycles (its clock decides
+        when two samples are apart)."""
         self._rediscover_seconds = rediscover_seconds
         self._clock = clock
         self._watch_xids = watch_xids
@@ -182,6 +183,7 @@ class NvmlSampler:
             devices=tuple(samples),
             errors=dict(errors),
             host_pid_namespace=self._host_pid_namespace,
+            xid_watch_start=self._xids.watching_since if self._xids is not None else None,
         )
 
     def _check_session(self, samples: list[DeviceSample], errors: Counter[str]) -> None:

@@ -2,7 +2,10 @@
 
 NVML delivers Xid events through an event set that must be waited on; doing that on the
 collection thread would delay sampling, so a daemon thread waits and counts per GPU uuid.
-The counts only grow (a counter), which is what `rate()`/`increase()` in alerts expect.
+The counts only grow (a counter), which is what `rate()`/`increase()` in alerts expect. A code's
+counter appears at its first event, at 1; `started_at` (served as
+kube_gpu_exporter_xid_watch_start_timestamp_seconds) says from when the counts count, so the
+alerts can tell a first event from an old one without a zero served for every code.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -32,6 +36,7 @@ class XidWatcher:
     """Counts Xid events per GPU uuid; `counts()` is safe to call from any thread."""
 
     def __init__(self, devices: tuple[Device, ...]) -> None:
+        self.started_at = time.time()  # wall clock: Prometheus compares it with its time()
         self._lock = threading.Lock()
         self._counts: dict[str, dict[int, int]] = defaultdict(dict)
         self._stop = threading.Event()
@@ -88,6 +93,12 @@ class XidWatcher:
             with contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlEventSetFree(self._set)
             self._set = None
+
+    @property
+    def watching_since(self) -> float | None:
+        """Unix time the counts count from; None when NVML gave no event set (nothing is
+        counted, so no time would be true)."""
+        return self.started_at if self._set is not None else None
 
     def counts(self) -> dict[str, dict[int, int]]:
         with self._lock:

@@ -30,6 +30,7 @@ MIN_RESOLUTION, MAX_RESOLUTION = 60, 300  # GPU-hours grid: within the 5m lookba
 MIN_PERIOD = 120  # two GPU-hours grid points at the finest resolution
 MAX_PERIOD = 400 * 86400  # longer than Prometheus keeps data almost anywhere
 RATE_INTERVAL = "$__rate_interval"  # Grafana's variable in the dashboards' rate queries
+RATE_INTERVAL_MS = "$__rate_interval_ms"  # the same in milliseconds (the Xid queries' time())
 
 _DURATION = TypeAdapter(Duration)
 
@@ -81,12 +82,18 @@ class Period:
         """A dashboard query's `rate(x[$__rate_interval])` as one window over the whole
         period, as Grafana fills the variable for an instant query over the time range: a
         rate becomes the period's average, an increase its total."""
-        return expr.replace(RATE_INTERVAL, self.range)
+        return fill_rate_interval(expr, self.seconds)
 
     def charted(self, expr: str) -> str:
         """A dashboard query with `$__rate_interval` filled as Grafana would for the chart's
         step: at least four 15-second scrapes, at least one step plus a scrape."""
-        return expr.replace(RATE_INTERVAL, f"{max(60, self.step + 15)}s")
+        return fill_rate_interval(expr, max(60, self.step + 15))
+
+
+def fill_rate_interval(expr: str, seconds: int) -> str:
+    """`$__rate_interval` as `<seconds>s` and `$__rate_interval_ms` as milliseconds (the
+    longer name first: the shorter is its prefix)."""
+    return expr.replace(RATE_INTERVAL_MS, str(seconds * 1000)).replace(RATE_INTERVAL, f"{seconds}s")
 
 
 def parse_since(value: str, now: float | None = None) -> Period:

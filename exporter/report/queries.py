@@ -22,6 +22,7 @@ from kube_gpu_exporter.grafana import queries as qq
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.record_names import names
+from kube_gpu_exporter.rules.xid_query import xid_events_over
 
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOAD = ("namespace", "workload")
@@ -159,7 +160,10 @@ class ReportQueries:
         return f"max_over_time({self.period.grid(qq.hottest(self.q, self.gpu))})"
 
     def xid_counts(self) -> str:
-        return self.period.over_period(qq.xid_events(self.q, (*self.gpu, "xid")))
+        """Per GPU and code, the Xids of the period: first ones and those of a GPU gone
+        before its end included (rules/xid_query.py)."""
+        events = xid_events_over(self.q, self.period.range, str(self.period.seconds))
+        return agg("sum", (*self.gpu, "xid"), events)
 
     def pending_selector(self) -> str:
         """The cluster view's pending GPU pods (kube-gpu-exporter cluster)."""

@@ -133,8 +133,11 @@ def _device_samples(
     ]
 
 
-def node_sample(state: NodeState, xid_codes: tuple[int, ...] = ()) -> NodeSample:
-    """What NVML would report for this scenario state (with the NVML sampler's `xid_codes`)."""
+def node_sample(
+    state: NodeState, xid_codes: tuple[int, ...] = (), xid_watch_start: float | None = None
+) -> NodeSample:
+    """What NVML would report for this scenario state (with the NVML sampler's `xid_codes`;
+    `xid_watch_start`: the Unix time the scenario's Xids count from, its start)."""
     errors: Counter[str] = Counter()
     samples = [s for d in state.devices for s in _device_samples(d, errors, xid_codes)]
     return NodeSample(
@@ -142,6 +145,7 @@ def node_sample(state: NodeState, xid_codes: tuple[int, ...] = ()) -> NodeSample
         driver_version=state.driver_version,
         devices=tuple(samples),
         errors=dict(errors),
+        xid_watch_start=xid_watch_start,
     )
 
 
@@ -156,15 +160,17 @@ class SimulatedSampler:
         scenario: Scenario,
         clock: Callable[[], float] = time.monotonic,
         xid_codes: tuple[int, ...] = (),
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._scenario = scenario
         self._clock = clock
         self._started = clock()
         self._xid_codes = xid_codes
+        self._xid_watch_start = wall_clock()  # the scenario's Xids count from its start
 
     def sample(self) -> NodeSample:
         state = self._scenario.state_at(self._clock() - self._started)
-        return node_sample(state, self._xid_codes)
+        return node_sample(state, self._xid_codes, self._xid_watch_start)
 
     def close(self) -> None:
         pass

@@ -58,7 +58,7 @@ def _xid_runbook(a: HardwareXidAlert, q: Query) -> Runbook:
         ),
         diagnosis="\n\n".join(
             (
-                promql(xe.increase(q, a), q.sel(c.GPU_UP, 'uuid="<uuid>"')),
+                promql(xe.counters(q), q.sel(c.GPU_UP, 'uuid="<uuid>"')),
                 find_node(q),
                 KERNEL_LOG,
                 NODE_GPUS,
@@ -209,7 +209,7 @@ def _lost_runbook(a: LostAlert, q: Query) -> Runbook:
             (
                 promql(
                     q.sel(c.GPU_UP) + " == 0",
-                    "increase(" + q.sel(c.XID_ERRORS, 'uuid="<uuid>"') + "[1h])",
+                    xe.counters(q),
                 ),
                 find_node(q),
                 KERNEL_LOG,

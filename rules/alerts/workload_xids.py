@@ -32,7 +32,7 @@ def _xid_runbook(a: ApplicationXidAlert, q: Query) -> Runbook:
         ),
         diagnosis="\n\n".join(
             (
-                promql(xe.increase(q, a)),
+                promql(xe.counters(q)),
                 who(q),
                 find_node(q),
                 "The driver's own message names the process:",

@@ -54,6 +54,7 @@ def fill(expr: str, target: str) -> str:
     expr = re.sub(r"label_values\((.*),\s*(\w+)\)$", r"count by (\2) (\1)", expr, flags=re.S)
     values = {
         "__rate_interval": "1m",
+        "__rate_interval_ms": "60000",
         "__interval": "15s",
         "__range": "5m",
         "node": target,
@@ -123,14 +124,16 @@ def prometheus(
 ) -> Iterator[tuple[Prometheus, str]]:
     """The demo node scraped every second, with the generated rules evaluated every second.
 
-    Added to the demo: an Xid on two GPUs (so the Xid panels have series) and a kubelet whose
-    pods hold a busy GPU, an idle GPU and a MIG instance, leaving one GPU free.
+    Added to the demo: Xids on two GPUs every 15 s (so the Xid panels, which count the events
+    of the rate interval, have series however long the tests take) and a kubelet whose pods
+    hold a busy GPU, an idle GPU and a MIG instance, leaving one GPU free.
     """
     tmp = tmp_path_factory.mktemp("dashboards")
     scenario = yaml.safe_load(DEMO.read_text())
     # The demo's node held still (its story's ramps would move the values EXPECTED checks).
-    scenario["devices"][0]["timeline"] = [{"at": 0, "xid": [13]}]
-    scenario["devices"][2]["timeline"] = [{"at": 0, "xid": [79]}]
+    for device, xid in ((0, 13), (2, 79)):
+        repeated = [{"at": at, "xid": [xid]} for at in range(0, 3600, 15)]
+        scenario["devices"][device]["timeline"] = repeated
     path = tmp / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
     socket = tmp / "kubelet.sock"

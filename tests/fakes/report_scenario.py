@@ -51,6 +51,12 @@ def fleet(start: float) -> list[Series]:
 
     for node in (A, B):
         add("kube_gpu_exporter_host_pid_namespace", {"instance": node}, lambda s: 1)
+        # the exporters began counting Xids a minute before the first sample
+        add(
+            "kube_gpu_exporter_xid_watch_start_timestamp_seconds",
+            {"instance": node},
+            lambda s: start - 60,
+        )
     for index, util in enumerate((0.0, 0.9, 0.8)):
         dev = {"instance": A, "gpu": str(index), "uuid": gpu_uuid(index)}
         add("nvidia_gpu_info", {**dev, "model": H100, "mig_profile": ""}, lambda s: 1)
@@ -65,9 +71,15 @@ def fleet(start: float) -> list[Series]:
             add("nvidia_gpu_clock_event_active", {**dev, "reason": reason}, active)
             seconds = (lambda s: min(max(s - 7200, 0), 7200)) if slowed else (lambda s: 0)
             add("nvidia_gpu_clock_event_duration_seconds_total", {**dev, "reason": reason}, seconds)
-        for xid in ("13", "79"):
-            count = between(0, 3, 0, 1) if hot and xid == "13" else (lambda s: 0)
-            add("nvidia_gpu_xid_errors_total", {**dev, "xid": xid}, count)
+    # The one Xid 13: its counter appears at the event, at 1 (no code is served at 0 before).
+    xid = {"instance": A, "gpu": "1", "uuid": gpu_uuid(1), "xid": "13"}
+    out.append(
+        (
+            "nvidia_gpu_xid_errors_total",
+            {**JOB, **xid},
+            [(t, 1) for t in times if t - start >= 3 * 3600],
+        )
+    )
 
     def hold(
         dev: Labels, ns: str, pod: str, sharing: str, util: float | None, **owner: str

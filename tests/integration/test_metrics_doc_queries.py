@@ -204,11 +204,12 @@ def world(start: float) -> list[tuple[str, dict[str, str], list[tuple[float, flo
     series += [
         ("nvidia_gpu_xid_errors_total", dev("GPU-0", xid="13"), const(0)),
         ("nvidia_gpu_xid_errors_total", dev("GPU-3", xid="48"), const(0)),
-        (
+        (  # one Xid 79 halfway: its counter appears then, at 1 (the zeros above: the flag's)
             "nvidia_gpu_xid_errors_total",
             dev("GPU-2", xid="79"),
-            [(t, float(t - start >= MINUTES * 30)) for t in times],  # one Xid 79 halfway
+            [(t, 1) for t in times if t - start >= MINUTES * 30],
         ),
+        ("kube_gpu_exporter_xid_watch_start_timestamp_seconds", N1, const(start - 60)),
     ]
     stale = [(t, t - 120) for t in times]  # n1's last good cycle is 2 minutes old
     fresh = [(t, t) for t in times]

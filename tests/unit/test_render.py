@@ -64,7 +64,8 @@ def test_clock_events_are_a_state_set_and_xids_count_per_code() -> None:
 
 
 def test_watched_xid_counters_exist_at_zero_on_every_gpu() -> None:
-    """So that increase() sees a first event and an exporter restart shows as a reset."""
+    """`--collector.xid-codes` (none by default): for queries of one's own that need
+    increase() to see a first event and an exporter restart as a reset."""
     sampler = SimulatedSampler(Scenario.parse(NODE), clock=lambda: 0.0, xid_codes=(48, 79))
     parsed = samples(CollectionLoop(sampler, 10).cycle().body("", False)[0])
     assert values(parsed, "nvidia_gpu_xid_errors_total", gpu="0", xid="48") == [0]
