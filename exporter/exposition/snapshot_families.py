@@ -40,8 +40,12 @@ class SnapshotCollector:
         yield from self.exporter_families()
 
     def data_families(self) -> Iterator[Family]:
-        """Devices, attribution and the PCI bus: nearly every byte of a body."""
-        yield from self._device_families(self._snapshot.node.devices)
+        """Devices, attribution and the PCI bus: nearly every byte of a body. A family no
+        device answers (GPM on an A100, NVLink on a PCIe card) is left out, HELP and TYPE
+        lines too: they were 2 KB of every scrape of such a node, saying nothing."""
+        for fam in self._device_families(self._snapshot.node.devices):
+            if fam.samples:
+                yield fam
         if self._snapshot.attribution is not None:
             yield from attribution_families(self._snapshot.attribution)
         if self._snapshot.pci_gpus is not None:
