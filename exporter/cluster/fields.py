@@ -70,9 +70,9 @@ def string_map(value: Any) -> Mapping[str, str]:
     )
 
 
-def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    """The status condition of type `kind`, or an empty mapping."""
-    return next((c for c in entries(status.get("conditions")) if c.get("type") == kind), _EMPTY)
+def condition(conditions: Any, kind: str) -> Mapping[str, Any]:
+    """The condition of type `kind` in a status's `conditions`, or an empty mapping."""
+    return next((c for c in entries(conditions) if c.get("type") == kind), _EMPTY)
 
 
 def taints(value: Any) -> tuple[Taint, ...]:

@@ -86,6 +86,8 @@ class ClusterWatches:
     ) -> None:
         import kubernetes
 
+        from kube_gpu_exporter.exporter.cluster.decode import decoders  # msgspec: cluster only
+
         self._client = api_client(kubeconfig)
         self._settings = settings
         self._observe = observe
@@ -99,13 +101,17 @@ class ClusterWatches:
             "watch_seconds": watch_seconds,
             "page_size": PAGE,
         }
+        decoder = decoders(settings)  # straight to slim values; parse_* pass them through
         self.watches: dict[str, ListWatch[Any]] = {
-            NODES: ListWatch(NODES, core.list_node, _node, self._nodes.publish, **options),
+            NODES: ListWatch(
+                NODES, core.list_node, _node, self._nodes.publish, decoder=decoder[NODES], **options
+            ),
             PODS: ListWatch(
                 PODS,
                 functools.partial(core.list_pod_for_all_namespaces, field_selector=ACTIVE_PODS),
                 self._pod,
                 self._pods.publish,
+                decoder=decoder[PODS],
                 **options,
             ),
             QUOTAS: ListWatch(
@@ -113,6 +119,7 @@ class ClusterWatches:
                 core.list_resource_quota_for_all_namespaces,
                 functools.partial(_quota, settings=settings),
                 self._quotas.publish,
+                decoder=decoder[QUOTAS],
                 **options,
             ),
             EVENTS: ListWatch(
@@ -120,6 +127,7 @@ class ClusterWatches:
                 functools.partial(core.list_event_for_all_namespaces, field_selector=REFUSALS),
                 self.rejections.parse,
                 self.rejections.publish,
+                decoder=decoder[EVENTS],
                 **options,
             ),
         }
@@ -161,7 +169,7 @@ class ClusterWatches:
     def errors_total(self) -> dict[str, dict[str, int]]:
         return {name: watch.errors_total for name, watch in self.watches.items()}
 
-    def _pod(self, obj: Mapping[str, Any]) -> tuple[str, Pod | None] | None:
+    def _pod(self, obj: Mapping[str, Any] | Pod) -> tuple[str, Pod | None] | None:
         pod = parse_pod(obj)
         if pod is None:
             return None
@@ -173,11 +181,11 @@ class ClusterWatches:
         return key, pod
 
 
-def _node(obj: Mapping[str, Any]) -> tuple[str, Node] | None:
+def _node(obj: Mapping[str, Any] | Node) -> tuple[str, Node] | None:
     node = parse_node(obj)
     return None if node is None else (node.name, node)
 
 
-def _quota(obj: Mapping[str, Any], settings: ClusterSettings) -> tuple[str, Quota] | None:
+def _quota(obj: Mapping[str, Any] | Quota, settings: ClusterSettings) -> tuple[str, Quota] | None:
     quota = parse_quota(obj, settings)
     return None if quota is None else (f"{quota.namespace}/{quota.name}", quota)
