@@ -12,9 +12,10 @@ parse.py's defensive reading is kept, not redone: the fields it reads are declar
 has one. A value of the wrong type on that path (`spec` a string, a container `null`) fails
 validation; the page is then decoded again with its items raw, each item on its own, and an
 item that fails again is read by `json.loads` and given to the parser as a mapping: the old
-path, for that object alone. JSON that msgspec refuses and `json.loads` takes (a lone
-surrogate, a number beyond a double) takes the old path for the whole page or event. A null
-is read as absent on both paths; only a list's own resourceVersion tells them apart.
+path, for that object alone (so is a number beyond a double, which json.loads reads as
+inf). JSON that msgspec refuses and `json.loads` takes (a lone surrogate) takes the old path
+for its whole page or event. A null is read as absent on both paths; only a list's own
+resourceVersion tells null from absent, and it is kept apart.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ already slim (what decode.py yields) is returned as it is, so the watches' parse
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -130,7 +131,7 @@ def pod_from(
         phase=fields.interned(phase) or "Pending",
         node_name=fields.interned(node_name),
         created_at=fields.timestamp(created),
-        requests=frozen(requests),
+        requests=shared_requests(tuple(requests.items())),
         tolerations=fields.tolerations(tolerations),
         node_selector=fields.node_selector(node_selector),
         affinity=None if required_affinity is None else fields.selector_terms(terms),
@@ -147,6 +148,13 @@ def pod_from(
         deleting=deletion is not None,
         has_claims=claims,
     )
+
+
+@functools.lru_cache(maxsize=fields.SHARED)
+def shared_requests(items: tuple[tuple[str, int], ...]) -> Resources:
+    """A pod's requests (frozen, zeros left out), one mapping shared by every pod that asks
+    for the same: a cluster's pods come in a few sizes."""
+    return frozen(dict(items))
 
 
 def effective_requests(spec: Mapping[str, Any]) -> dict[str, int]:
