@@ -76,6 +76,8 @@ class ClusterWatches:
         timeout: float = 10.0,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
+        from kube_gpu_exporter.exporter.cluster.decode import decoders  # msgspec: cluster only
+
         self._client = api_client(kubeconfig)
         self._settings = settings
         self._observe = observe
@@ -89,6 +91,7 @@ class ClusterWatches:
             "watch_seconds": watch_seconds,
             "page_size": PAGE,
         }
+        decoder = decoders(settings)  # straight to slim values; parse_* pass them through
         self.watches: dict[str, ListWatch[Any]] = {
             NODES: ListWatch(
                 NODES,
@@ -96,6 +99,7 @@ class ClusterWatches:
                 _node,
                 self._nodes.publish,
                 store=self._nodes.store,
+                decoder=decoder[NODES],
                 **options,
             ),
             PODS: ListWatch(
@@ -104,6 +108,7 @@ class ClusterWatches:
                 self._pod,
                 self._pods.publish,
                 store=self._pods.store,
+                decoder=decoder[PODS],
                 **options,
             ),
             QUOTAS: ListWatch(
@@ -112,6 +117,7 @@ class ClusterWatches:
                 functools.partial(_quota, settings=settings),
                 self._quotas.publish,
                 store=self._quotas.store,
+                decoder=decoder[QUOTAS],
                 **options,
             ),
             EVENTS: ListWatch(
@@ -119,6 +125,7 @@ class ClusterWatches:
                 api("/api/v1/events", field_selector=REFUSALS),
                 self.rejections.parse,
                 self.rejections.publish,
+                decoder=decoder[EVENTS],
                 **options,
             ),
         }
@@ -164,7 +171,7 @@ class ClusterWatches:
     def errors_total(self) -> dict[str, dict[str, int]]:
         return {name: watch.errors_total for name, watch in self.watches.items()}
 
-    def _pod(self, obj: Mapping[str, Any]) -> tuple[str, Pod | None] | None:
+    def _pod(self, obj: Mapping[str, Any] | Pod) -> tuple[str, Pod | None] | None:
         pod = parse_pod(obj)
         if pod is None:
             return None
@@ -176,11 +183,11 @@ class ClusterWatches:
         return key, pod
 
 
-def _node(obj: Mapping[str, Any]) -> tuple[str, Node] | None:
+def _node(obj: Mapping[str, Any] | Node) -> tuple[str, Node] | None:
     node = parse_node(obj)
     return None if node is None else (node.name, node)
 
 
-def _quota(obj: Mapping[str, Any], settings: ClusterSettings) -> tuple[str, Quota] | None:
+def _quota(obj: Mapping[str, Any] | Quota, settings: ClusterSettings) -> tuple[str, Quota] | None:
     quota = parse_quota(obj, settings)
     return None if quota is None else (f"{quota.namespace}/{quota.name}", quota)

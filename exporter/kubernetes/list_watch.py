@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 
 from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
+from kube_gpu_exporter.exporter.kubernetes.decoding import JSON, Decoder, Event, Page
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ STOP_WAIT_SECONDS = 2.0
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # an object is at most ~1.5 MiB (etcd's request limit)
 
 T = TypeVar("T")
-# An object → (key, value); value None removes the key (e.g. a pod that ended); None ignores it.
-Parse = Callable[[Mapping[str, Any]], tuple[str, T | None] | None]
+# An object as the decoder gives it (a mapping with the default JSON decoder) → (key, value);
+# value None removes the key (e.g. a pod that ended); None ignores it.
+Parse = Callable[[Any], tuple[str, T | None] | None]
 Request = Callable[..., Any]  # the client's list call, bound to its selectors
 # One event's change applied to the held dict (value None removes the key); the cluster view's
 # watches note each change as they apply it (cluster/view_changes.py).
@@ -73,7 +75,8 @@ class ListWatch(Generic[T]):
     `store`). See the module docstring for the protocol.
 
     `timeout` bounds connecting and each read of a list; a watch read may be silent up to its
-    server-side duration plus `timeout`.
+    server-side duration plus `timeout`. `decoder` turns pages and events into the objects
+    `parse` is given (decoding.py; by default json.loads and mappings).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class ListWatch(Generic[T]):
         on_stop: Callable[[], None] | None = None,
         page_size: int | None = None,
         store: Store[T] | None = None,
+        decoder: Decoder = JSON,
     ) -> None:
         self.name = name
         self._request = request
@@ -98,6 +102,7 @@ class ListWatch(Generic[T]):
         self._watch_seconds = watch_seconds
         self._on_stop = on_stop
         self._page_size = page_size
+        self._decoder = decoder
         self._lock = threading.Lock()
         self._up = False
         self._served = True
@@ -201,30 +206,27 @@ class ListWatch(Generic[T]):
         elif resource_version is not None:
             params["resource_version"] = resource_version
         while True:
-            body = self._page(params)
-            for obj in body.get("items") or []:
-                parsed = self._parse(obj if isinstance(obj, Mapping) else {})
+            page = self._page(params)
+            for obj in page.items:
+                parsed = self._parse(obj)
                 if parsed is not None and parsed[1] is not None:
                     items[parsed[0]] = parsed[1]
-            metadata = body.get("metadata")
-            metadata = metadata if isinstance(metadata, Mapping) else {}
-            token = metadata.get("continue")
+            token = page.token
             if self._page_size is None or not token or self._stop.is_set():
-                return items, str(metadata.get("resourceVersion", ""))
-            del body
+                return items, page.version
+            del page
             params["_continue"] = token
 
-    def _page(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _page(self, params: Mapping[str, Any]) -> Page:
         response = self._request(_preload_content=False, **params)
         try:
             _check_status(response)
-            body = json.loads(response.data)
+            return self._decoder.page(response.data)
         except BaseException:
             response.close()  # never hand a half-read connection back to the pool
             raise
         finally:
             response.release_conn()
-        return body if isinstance(body, Mapping) else {}
 
     def _watch(self, items: dict[str, T], version: str) -> str:
         """One watch request, applied to `items` as events arrive; returns the last
@@ -245,7 +247,7 @@ class ListWatch(Generic[T]):
             _check_status(response)
             self._backoff = BACKOFF_INITIAL_SECONDS
             for line in _lines(response):
-                version = self._apply(items, json.loads(line), version)
+                version = self._apply(items, self._decoder.event(line), version)
         finally:
             with self._lock:
                 self._response = None
@@ -253,14 +255,11 @@ class ListWatch(Generic[T]):
             response.release_conn()
         return version
 
-    def _apply(self, items: dict[str, T], event: Mapping[str, Any], version: str) -> str:
-        kind, obj = event.get("type"), event.get("object")
-        obj = obj if isinstance(obj, Mapping) else {}
+    def _apply(self, items: dict[str, T], event: Event, version: str) -> str:
+        kind, obj, new_version = event
         if kind == "ERROR":
             raise WatchError(int(obj.get("code") or 0), str(obj.get("message", "")))
         self._events += 1
-        metadata = obj.get("metadata")
-        new_version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             parsed = self._parse(obj)
             if parsed is None:
