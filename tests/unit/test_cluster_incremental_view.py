@@ -37,6 +37,7 @@ from kube_gpu_exporter.exporter.cluster.incremental_view import IncrementalView
 from kube_gpu_exporter.exporter.cluster.settings import PRODUCT_LABEL
 from kube_gpu_exporter.exporter.cluster.view_changes import HeldObjects, Taken
 from kube_gpu_exporter.exporter.exposition.cluster_families import ClusterState, cluster_families
+from kube_gpu_exporter.exporter.kubernetes.decoding import Event
 from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
 
 GPU, MIG = "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
@@ -151,9 +152,8 @@ class Watch:
         dropped = kind == "DROPPED"
         obj = {"metadata": {"resourceVersion": "7"}, "key": key}
         obj["value"] = None if dropped else value
-        self.list_watch._apply(
-            self.items, {"type": "MODIFIED" if dropped else kind, "object": obj}, "6"
-        )
+        event = Event("MODIFIED" if dropped else kind, obj, "7")
+        self.list_watch._apply(self.items, event, "6")
         if kind in ("DELETED", "DROPPED"):
             self.model.pop(key, None)
         else:
