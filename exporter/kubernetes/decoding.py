@@ -15,9 +15,11 @@ metadata resumes from ""), so the node path's watches are unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, Protocol
+
+from kube_gpu_exporter.exporter.kubernetes.list_stream import streamed
 
 EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
@@ -25,7 +27,7 @@ EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 class Page(NamedTuple):
     """A list page: the objects for the parser, `continue` as sent, the list's version."""
 
-    items: Sequence[Any]
+    items: Iterable[Any]  # read once, in order (the default decoder decodes them as read)
     token: Any
     version: str
 
@@ -49,6 +51,17 @@ class JsonDecoder:
     """json.loads; every object a mapping (anything else read as `{}`)."""
 
     def page(self, data: bytes) -> Page:
+        """Items decoded one at a time as the list is read (list_stream.py), where the page
+        has the shape Kubernetes writes; any other shape whole, as json.loads reads it."""
+        try:
+            stream = streamed(data.decode(), EMPTY)
+        except ValueError:  # not UTF-8, or broken before the items: json.loads says how
+            stream = None
+        if stream is not None:
+            lazy, metadata = stream
+            metadata = metadata if isinstance(metadata, Mapping) else EMPTY
+            version = str(metadata.get("resourceVersion", ""))
+            return Page(lazy, metadata.get("continue"), version)
         body = json.loads(data)
         body = body if isinstance(body, Mapping) else EMPTY
         items = [obj if isinstance(obj, Mapping) else EMPTY for obj in body.get("items") or []]
