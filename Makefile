@@ -118,7 +118,10 @@ bench: $(STAMP)
 	$(PY) bench/rss_profile.py --readme
 	$(PY) bench/profiling.py --readme
 	$(PY) bench/abuse.py --readme
-	$(PY) bench/cluster.py --readme
+	$(PY) bench/cluster.py --scale 3 --rate 100 --readme
+	cd bench && ../$(PY) series_cost.py
+	$(PY) bench/cluster_decode.py --scale 3
+	$(PY) bench/cluster_incremental.py
 	$(PY) bench/cluster_real.py --readme
 
 # Regenerate the kubelet pod-resources stubs from exporter/kubelet/v1/api.proto.
