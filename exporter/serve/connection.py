@@ -1,15 +1,15 @@
-"""One client connection: HTTP/1.1 by h11, one request at a time, with timeouts and bounded buffers.
+"""One client connection: HTTP/1.1, one request at a time, with timeouts and bounded buffers.
 
 The exporter listens on every GPU node, often without auth, so nothing a client does may grow
-its memory or hold its resources for long. h11 (python-hyper's sans-I/O HTTP/1.1) parses each
-request head and keeps the connection's HTTP state (keep-alive, HEAD, HTTP/1.0); this module
-decides when it reads, over a `Wire` (wire.py: TLS, the outbox, the write timeout):
+its memory or hold its resources for long. Over a `Wire` (wire.py: the socket, TLS, the
+outbox, the write timeout), per connection:
 
-- **one request at a time**: received bytes wait in a small inbox, and h11 is handed one
-  complete request head (up to its blank line) once the previous answer is written and in the
-  kernel. Nothing here reads a body: a request with one is answered and the connection closed
-  after it. Reading pauses while the inbox holds MAX_HEAD bytes, and a head longer than that
-  gets 431. A pipelining client thus pins at most one request and ~MAX_HEAD of bytes.
+- **one request at a time**: received bytes wait in a small inbox, and one complete request
+  head (up to its blank line) is parsed (request_head.py) once the previous answer is written
+  and in the kernel. Nothing here reads a body: a request with one is answered and the
+  connection closed after it. Reading pauses while the inbox holds MAX_HEAD bytes, and a head
+  longer than that gets 431. A pipelining client thus pins at most one request and ~MAX_HEAD
+  of bytes.
 - **read-header timeout** (`--web.read-header-timeout`, Go's ReadHeaderTimeout): a request's
   head must be complete that long after its first byte (after the accept, for the first
   request); a slowloris client is cut then.
@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 from urllib.parse import unquote
 
-import h11
-
 from kube_gpu_exporter.exporter.serve.client_shares import client_address
+from kube_gpu_exporter.exporter.serve.request_head import BadRequest, parse_head
 from kube_gpu_exporter.exporter.serve.web import App, Request, Response
 from kube_gpu_exporter.exporter.serve.wire import Wire
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 MAX_HEAD: Final = 32 << 10
 HEAD_END: Final = b"\r\n\r\n"
 RETRY_AFTER_SECONDS: Final = 1
-REASONS: Final = {status.value: status.phrase.encode() for status in HTTPStatus}
+STATUS_LINES: Final = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _BAD_REQUEST: Final = ("Bad Request", "400 Bad Request\n")
 
 
@@ -89,19 +89,22 @@ class Connection:
     def __init__(self, app: App, limits: ConnectionLimits, probes_only: bool = False) -> None:
         self._app = app
         self._limits = limits
-        self._configured = [
-            (name.lower(), name.encode(), value.encode()) for name, value in limits.headers.items()
-        ]
+        self._configured = {
+            name.lower(): f"{name}: {value}\r\n" for name, value in limits.headers.items()
+        }
         self._probes_only = probes_only
         self._loop = asyncio.get_running_loop()
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self._client = ""
         self._inbox = bytearray()
         self._in_request = False  # a head was taken and its answer is not written yet
         self._closing = False  # no further request is read
         self._client_done = False  # the client sent its FIN
         self._searched = 0  # inbox bytes already searched for a head's end
         self._reading_held = False  # we paused the wire because the inbox is full
-        self._timer: asyncio.TimerHandle | None = None  # the head's or the idle one
+        # One timer, moved lazily: the head's deadline or the idle one (None: neither).
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._on_deadline: Callable[[], None] | None = None
         self._wire: Wire | None = None
         self.task: asyncio.Task[None] | None = None  # the request being handled
 
@@ -109,6 +112,7 @@ class Connection:
 
     def connection_made(self, wire: Wire) -> None:
         self._wire = wire
+        self._client = client_address(wire.get_extra_info("peername"))
         wire.on_drained = self._feed  # the next request once the last answer is out
         self._arm(self._limits.read_header_timeout, self._head_timed_out)
 
@@ -125,7 +129,7 @@ class Connection:
         self._feed()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._cancel_timer()
+        self._stop_timer()
         self._inbox.clear()
         self._closing = True
         if exc is not None:
@@ -180,43 +184,37 @@ class Connection:
 
     def _start(self, head: bytes) -> None:
         """Parse one head and hand the request to the app."""
-        conn = self._h11
         try:
-            conn.receive_data(head)
-            event = conn.next_event()
-            if not isinstance(event, h11.Request):
-                raise h11.RemoteProtocolError(f"not a request: {event!r}")
-            conn.next_event()  # EndOfMessage, or NEED_DATA before a body
-        except h11.RemoteProtocolError as exc:
+            parsed = parse_head(head)
+        except BadRequest as exc:
             log.debug("client %s: bad request: %s", self._peer(), exc)
             self._refuse(400, *_BAD_REQUEST)
             return
-        target = event.target
-        if not target.startswith(b"/") and b"://" in target:  # absolute form: its path
-            target = b"/" + target.split(b"://", 1)[1].partition(b"/")[2]
-        path = target.partition(b"?")[0].decode("latin-1")
+        target = parsed.target
+        if not target.startswith("/") and "://" in target:  # absolute form: its path
+            target = "/" + target.split("://", 1)[1].partition("/")[2]
+        path = target.partition("?")[0]
         if "%" in path:
             path = unquote(path, errors="replace")
         if self._probes_only and (
-            path not in self._limits.probe_paths or event.method not in (b"GET", b"HEAD")
+            path not in self._limits.probe_paths or parsed.method not in ("GET", "HEAD")
         ):
             self._refuse(503, "Service Unavailable", "too many open connections\n", True)
             return
-        headers: dict[str, str] = {}
-        for name, value in event.headers:
-            key = name.decode("latin-1")
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        if not parsed.keep_alive or parsed.has_body:
+            self._closing = True  # after this answer (a body is never read)
         assert self._wire is not None
-        request = Request(
-            method=event.method.decode("latin-1"),
-            path=path,
-            headers=headers,
-            client=client_address(self._wire.get_extra_info("peername")),
-            transport=self._wire,
-        )
+        request = Request(parsed.method, path, parsed.headers, self._client, self._wire)
         self._in_request = True
-        self.task = self._loop.create_task(self._respond(request))
+        # The app runs at once, not in a task's first step one loop turn later: a scrape
+        # awaits nothing, so it is answered here; only a request that waits (a password check)
+        # goes on in a task.
+        respond = self._respond(request)
+        try:
+            waiting = respond.send(None)
+        except StopIteration:
+            return
+        self.task = self._loop.create_task(resumed(respond, waiting))
 
     async def _respond(self, request: Request) -> None:
         try:
@@ -231,46 +229,28 @@ class Connection:
     def _send(self, request: Request, response: Response) -> None:
         """Write the answer (HEAD: without its body), then take the next request or close."""
         wire = self._wire
-        conn = self._h11
+        self._in_request = False
         if wire is None or wire.is_closing():
-            self._in_request = False
             return
         body = response.body
-        headers = [(name.encode(), value.encode()) for name, value in response.headers.items()]
-        headers.append((b"Content-Length", str(len(body)).encode()))
+        closing = self._closing or self._client_done or self._probes_only
+        lines = [STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} \r\n"]
+        lines += [f"{name}: {value}\r\n" for name, value in response.headers.items()]
+        lines.append(f"Content-Length: {len(body)}\r\n")
+        if closing:
+            lines.append("Connection: close\r\n")
         if self._configured:  # defaults a handler may override, as in exporter-toolkit
             given = {name.lower() for name in response.headers}
-            headers += [(name, value) for key, name, value in self._configured if key not in given]
-        closing = (
-            self._closing
-            or self._client_done
-            or self._probes_only
-            or conn.their_state is not h11.DONE
-        )
+            lines += [line for key, line in self._configured.items() if key not in given]
+        lines.append("\r\n")
+        head = "".join(lines).encode("latin-1")
+        if request.method == "HEAD" or not body:
+            wire.write(head)
+        else:
+            wire.write(head, body)
         if closing:
-            headers.append((b"Connection", b"close"))
-        reason = REASONS.get(response.status, b"")
-        try:
-            event = h11.Response(status_code=response.status, headers=headers, reason=reason)
-            head = conn.send(event)
-            assert head is not None
-            if request.method != "HEAD" and body:
-                pieces = conn.send_with_data_passthrough(h11.Data(data=body))
-                assert pieces is not None
-                wire.write(head, *pieces)
-            else:
-                wire.write(head)
-            conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:  # a bug of ours
-            log.exception("cannot answer %s %s", request.method, request.path)
-            self._in_request = False
-            wire.cut()
-            return
-        self._in_request = False  # (not before: writing may call _feed, once drained)
-        if closing or conn.our_state is not h11.DONE:
             self._close()
             return
-        conn.start_next_cycle()
         if self._inbox:  # part of the next request is here already: its head is due
             self._arm(self._limits.read_header_timeout, self._head_timed_out)
         else:
@@ -278,7 +258,7 @@ class Connection:
         self._feed()
 
     def _refuse(self, status: int, reason: str, text: str, retry: bool = False) -> None:
-        """Answer without the app (h11 knows of no request) and close."""
+        """Answer without the app (no request was parsed) and close."""
         assert self._wire is not None
         self._inbox.clear()
         self._wire.write(raw_response(status, reason, text, self._limits.headers, retry))
@@ -286,24 +266,47 @@ class Connection:
 
     def _close(self) -> None:
         self._closing = True
-        self._cancel_timer()
+        self._stop_timer()
         if self._wire is not None:
             self._wire.close()
 
     # --- timers -----------------------------------------------------------------------------
 
-    def _arm(self, delay: float, callback: object) -> None:
-        self._cancel_timer()
-        if delay:
-            self._timer = self._loop.call_later(delay, callback)  # type: ignore[arg-type]
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
+        """`callback` in `delay` seconds, instead of what was due. The timer is moved only
+        when the new deadline is earlier: a keep-alive scrape re-arms it at no cost."""
+        if not delay:
+            self._cancel_timer()
+            return
+        self._deadline = self._loop.time() + delay
+        self._on_deadline = callback
+        if self._timer is None or self._timer.when() > self._deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
 
     def _cancel_timer(self) -> None:
+        """Nothing is due (the timer stays where it is, to be moved or to fire idle)."""
+        self._on_deadline = None
+
+    def _stop_timer(self) -> None:
+        self._on_deadline = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _head_timed_out(self) -> None:
+    def _timer_fired(self) -> None:
         self._timer = None
+        callback = self._on_deadline
+        if callback is None:
+            return
+        if self._loop.time() < self._deadline:  # moved later meanwhile
+            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
+            return
+        self._on_deadline = None
+        callback()
+
+    def _head_timed_out(self) -> None:
         if self._in_request or HEAD_END in self._inbox:  # a whole head waits its turn
             return
         log.debug(
@@ -315,10 +318,32 @@ class Connection:
             self._wire.cut()
 
     def _idle_timed_out(self) -> None:
-        self._timer = None
         if not self._in_request and not self._inbox:
             self._close()
 
     def _peer(self) -> str:
         peer = self._wire.get_extra_info("peername") if self._wire is not None else None
         return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
+@types.coroutine
+def resumed(coro: Coroutine[Any, Any, None], waiting: Any) -> Generator[Any, Any, None]:
+    """The rest of `coro`, whose first step yielded `waiting` (the future it awaits), as a
+    coroutine a task can run: what `yield from coro` would do had the first step not been
+    taken already (PEP 380): values and exceptions pass through both ways."""
+    while True:
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # passed on, as `yield from` does
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                waiting = coro.send(sent)
+            except StopIteration:
+                return

@@ -14,7 +14,7 @@ first (client_shares.py):
 
 Then a `Wire` serves its socket (wire.py: views sent by sendmsg, the write timeout, a lingering
 close; tls_wire.py on a TLS port: TLS by memory BIOs, Go's 400 for plain HTTP, the handshake
-within `--web.read-header-timeout`) to a `Connection` (connection.py: HTTP by h11).
+within `--web.read-header-timeout`) to a `Connection` (connection.py: HTTP/1.1).
 Listening sockets get small kernel buffers, which accepted ones inherit: requests are a few
 hundred bytes, so one read adds at most 16 KiB; and a client that never reads pins ~64 KiB of
 kernel memory, not the 4 MiB Linux would grow its send buffer to.

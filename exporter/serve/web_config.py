@@ -9,7 +9,7 @@ so a bad file stops the exporter with one line naming the file and the key inste
 the first scrape. Where Python cannot do what Go does, the result is stricter or a no-op, never
 looser (the TLS cases are listed in tls.py):
 
-- `http2` is validated and ignored: the server speaks HTTP/1.1 (h11).
+- `http2` is validated and ignored: the server speaks HTTP/1.1.
 - Inline `cert`/`key`/`client_ca`, `client_allowed_sans` and `rate_limit` are refused by name.
 
 middleware.py applies the result: configured headers and bcrypt basic auth. The schema

@@ -259,3 +259,22 @@ def test_a_request_head_of_30_kib_is_served(tmp_path: Path) -> None:
         assert reader.response().status == 200
         sock.sendall(request("GET", "/healthz", {"Authorization": "Bearer " + "t" * 33_000}))
         assert reader.response().status == 431
+
+
+def test_requests_go_s_server_refuses_get_400_and_the_connection_ends(tmp_path: Path) -> None:
+    """HTTP/1.1 without Host, a field folded onto the line before, whitespace before a colon,
+    Content-Length beside Transfer-Encoding (the request-smuggling pair): Go's net/http
+    answers 400, and so does the exporter's own parser (as aiohttp's did)."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        for head in (
+            b"GET /healthz HTTP/1.1\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n",
+            b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ):
+            sock = connect(exporter.port)
+            sock.sendall(head + request("GET", "/healthz"))
+            assert Reader(sock).response().status == 400, head
+            assert closed_by_peer(sock, 30)
+        assert "Traceback" not in exporter.log()

@@ -1,6 +1,6 @@
 """--web.config.file: real TLS handshakes and basic auth against the exporter's own server.
 
-Certificates come from the openssl CLI, servers (the serve/ stack: listener, wire, h11
+Certificates come from the openssl CLI, servers (the serve/ stack: listener, wire,
 connection, app) listen on 127.0.0.1 port 0, and clients are aiohttp sessions, so these tests
 exercise the SSLContext and middlewares the exporter serves.
 """
