@@ -278,3 +278,19 @@ def test_requests_go_s_server_refuses_get_400_and_the_connection_ends(tmp_path: 
             assert Reader(sock).response().status == 400, head
             assert closed_by_peer(sock, 30)
         assert "Traceback" not in exporter.log()
+
+
+def test_a_thousand_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
+    """One client sends 1,000 requests at once and reads as they come: each is answered,
+    in order, on the one connection (the next head is taken as each answer reaches the
+    kernel, which must not nest one answer's call inside the last one's)."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        paths = ["/healthz", "/readyz"] * 500
+        sock.sendall(b"".join(request("GET", path) for path in paths))
+        bodies = [reader.response().body for _ in paths]
+        assert bodies == [b"ok\n", b"ready\n"] * 500
+        sock.sendall(request("GET", "/healthz"))
+        assert reader.response().status == 200
+        assert "Traceback" not in exporter.log()
