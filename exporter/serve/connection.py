@@ -29,11 +29,15 @@ import logging
 import types
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from types import MappingProxyType
 from typing import Any, Final
 from urllib.parse import unquote
 
+from kube_gpu_exporter.exporter.serve.answer_head import (
+    answer_head,
+    configured_lines,
+    raw_response,
+)
 from kube_gpu_exporter.exporter.serve.client_shares import client_address
 from kube_gpu_exporter.exporter.serve.request_head import BadRequest, parse_head
 from kube_gpu_exporter.exporter.serve.web import App, Request, Response
@@ -46,8 +50,6 @@ log = logging.getLogger(__name__)
 # (4 buffers of 8 KiB), and 1,000 slowloris clients sending that much pin 32 MiB in all.
 MAX_HEAD: Final = 32 << 10
 HEAD_END: Final = b"\r\n\r\n"
-RETRY_AFTER_SECONDS: Final = 1
-STATUS_LINES: Final = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _BAD_REQUEST: Final = ("Bad Request", "400 Bad Request\n")
 
 
@@ -69,29 +71,13 @@ class ConnectionLimits:
     probe_paths: frozenset[str] = frozenset()
 
 
-def raw_response(
-    status: int, reason: str, text: str, headers: Mapping[str, str], retry_after: bool = False
-) -> bytes:
-    """A whole `Connection: close` answer as bytes, for what is said before (or without) a
-    parsed request: the configured headers on it, no Server header."""
-    body = text.encode()
-    lines = [f"HTTP/1.1 {status} {reason}", "Content-Type: text/plain; charset=utf-8"]
-    lines += [f"Content-Length: {len(body)}", "Connection: close"]
-    if retry_after:
-        lines.append(f"Retry-After: {RETRY_AFTER_SECONDS}")
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
 class Connection:
     """Requests off one wire, one at a time, answered by `app`."""
 
     def __init__(self, app: App, limits: ConnectionLimits, probes_only: bool = False) -> None:
         self._app = app
         self._limits = limits
-        self._configured = {
-            name.lower(): f"{name}: {value}\r\n" for name, value in limits.headers.items()
-        }
+        self._configured = configured_lines(limits.headers)
         self._probes_only = probes_only
         self._loop = asyncio.get_running_loop()
         self._client = ""
@@ -254,16 +240,7 @@ class Connection:
             return
         body = response.body
         closing = self._closing or self._client_done or self._probes_only
-        lines = [STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} \r\n"]
-        lines += [f"{name}: {value}\r\n" for name, value in response.headers.items()]
-        lines.append(f"Content-Length: {len(body)}\r\n")
-        if closing:
-            lines.append("Connection: close\r\n")
-        if self._configured:  # defaults a handler may override, as in exporter-toolkit
-            given = {name.lower() for name in response.headers}
-            lines += [line for key, line in self._configured.items() if key not in given]
-        lines.append("\r\n")
-        head = "".join(lines).encode("latin-1")
+        head = answer_head(response.status, response.headers, len(body), closing, self._configured)
         if request.method == "HEAD" or not body:
             wire.write(head)
         else:

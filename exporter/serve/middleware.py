@@ -17,8 +17,8 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
+from kube_gpu_exporter.exporter.serve.answer_head import RETRY_AFTER_SECONDS
 from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares
-from kube_gpu_exporter.exporter.serve.connection import RETRY_AFTER_SECONDS
 from kube_gpu_exporter.exporter.serve.web import Handler, Request, Response
 
 __all__ = ["BasicAuth", "CheckPassword"]

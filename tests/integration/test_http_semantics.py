@@ -3,10 +3,12 @@ q-values, and plain HTTP on a TLS port, against the real process over bare socke
 
 from __future__ import annotations
 
+import email.utils
 import gzip
 import socket
 import ssl
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -294,3 +296,16 @@ def test_a_thousand_pipelined_requests_are_answered_in_order(tmp_path: Path) -> 
         sock.sendall(request("GET", "/healthz"))
         assert reader.response().status == 200
         assert "Traceback" not in exporter.log()
+
+
+def test_every_answer_of_the_app_carries_a_date(tmp_path: Path) -> None:
+    """RFC 9110 §6.6.1: an origin server with a clock sends Date (Go's and aiohttp's did)."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        for method, path in [("GET", "/metrics"), ("HEAD", "/metrics"), ("GET", "/nowhere")]:
+            sock.sendall(request(method, path))
+            date = reader.response(head_request=method == "HEAD").headers["date"]
+            assert date.endswith(" GMT") and len(date) == 29, date
+            sent = email.utils.parsedate_to_datetime(date)
+            assert abs((sent - datetime.now(UTC)).total_seconds()) < 60, date
