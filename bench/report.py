@@ -150,7 +150,7 @@ def machine(load_at_start: str) -> str:
     return (
         f"{when} · CPU {_cpu_model()} × {os.cpu_count()} cores · Linux {platform.release()} · "
         f"Python {platform.python_version()} · prometheus-client {version('prometheus-client')}"
-        f" · aiohttp {version('aiohttp')} · {_wrk_version()} · load average at start "
+        f" · {_wrk_version()} · load average at start "
         f"{load_at_start}, at end {load_average()}"
     )
 

@@ -18,7 +18,7 @@ LISTEN = "0A"  # the TCP state column of /proc/net/tcp for a listening socket
 
 
 def in_use(host: str, port: int) -> bool:
-    """Whether a server could not listen on (host, port) now. SO_REUSEADDR as Go and aiohttp
+    """Whether a server could not listen on (host, port) now. SO_REUSEADDR as Go and the exporter
     set it, so a port whose last connections linger in TIME_WAIT counts as free."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:

@@ -18,14 +18,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
 from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
 from kube_gpu_exporter.exporter.serve.site import (
+    Site,
     served_at,
     shut_down,
     start_site,
@@ -136,7 +135,7 @@ async def _serve(
 
 
 async def _shut_down(
-    runner: web.AppRunner,
+    runner: Site,
     collection: CollectionLoop,
     pod_resources: tuple[PodResourcesClient, PodResourcesWatcher] | None,
     directory: KubeDirectory | None,

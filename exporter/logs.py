@@ -81,5 +81,3 @@ def setup(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(LEVELS[level])
-    # aiohttp's access log would log every scrape at info.
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -1,47 +1,46 @@
-"""One client connection: aiohttp's request handler with timeouts and bounded buffers.
+"""One client connection: HTTP/1.1, one request at a time, with timeouts and bounded buffers.
 
 The exporter listens on every GPU node, often without auth, so nothing a client does may grow
-its memory or hold its resources for long. aiohttp alone times out only idle keep-alive
-connections and parses pipelined requests ahead of the one it answers. Here, per connection
-(the listener caps how many exist, per client address and in all), over a `Wire` (wire.py:
-TLS, the outbox, the write timeout):
+its memory or hold its resources for long. Over a `Wire` (wire.py: the socket, TLS, the
+outbox, the write timeout), per connection:
 
-- **one request at a time**: received bytes wait in a small inbox, and aiohttp's parser is fed
-  one complete request head (up to its blank line) once the previous response is finished
-  and in the kernel (a request with a body, which nothing here reads, gets its bytes as they
-  come and is the connection's last). Reading pauses while the inbox holds MAX_HEAD bytes,
-  and a head longer than that gets 431. A pipelining client thus pins at most one parsed
-  request and ~MAX_HEAD of bytes, whatever it sends.
+- **one request at a time**: received bytes wait in a small inbox, and one complete request
+  head (up to its blank line) is parsed (request_head.py) once the previous answer is written
+  and in the kernel. Nothing here reads a body: a request with one is answered and the
+  connection closed after it. Reading pauses while the inbox holds MAX_HEAD bytes, and a head
+  longer than that gets 431. A pipelining client thus pins at most one request and ~MAX_HEAD
+  of bytes.
 - **read-header timeout** (`--web.read-header-timeout`, Go's ReadHeaderTimeout): a request's
   head must be complete that long after its first byte (after the accept, for the first
-  request); a slowloris client is closed then.
-- **idle timeout** (`--web.idle-timeout`): aiohttp's keep-alive timeout, between requests.
-- **every answer dressed alike**: the web config's headers and no `Server` header on the
-  answers aiohttp and this module make themselves (400, 431, the over-cap 503), as the app's
-  prepare hook does for its own.
+  request); a slowloris client is cut then.
+- **idle timeout** (`--web.idle-timeout`): between keep-alive requests.
+- **every answer dressed alike**: the web config's headers and no `Server` header, on the
+  app's answers and on those made here (400, 431, the overflow's 503).
 - **probes only** (the listener's overflow, when every connection is taken): a connection that
   may ask for the kubelet's probes and nothing else, once.
 - **logging**: a client that goes away or sends garbage is the network's business, not an
-  error of the exporter: one debug line, never an error-level traceback.
-
-It overrides RequestHandler methods aiohttp does not document (data_received, finish_response,
-handle_error, log_exception) and StreamResponse._prepare_headers; pyproject pins aiohttp to
-the releases tested, and tests/unit/test_aiohttp_internals.py fails loudly when they change.
+  error of the exporter: one debug line; the exporter's own bugs keep their traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
+from urllib.parse import unquote
 
-from aiohttp import hdrs, web
-from aiohttp.http import HttpProcessingError
-
+from kube_gpu_exporter.exporter.serve.answer_head import (
+    answer_head,
+    configured_lines,
+    raw_response,
+)
+from kube_gpu_exporter.exporter.serve.client_shares import client_address
+from kube_gpu_exporter.exporter.serve.request_head import BadRequest, parse_head
+from kube_gpu_exporter.exporter.serve.web import App, Request, Response
 from kube_gpu_exporter.exporter.serve.wire import Wire
 
 log = logging.getLogger(__name__)
@@ -51,11 +50,7 @@ log = logging.getLogger(__name__)
 # (4 buffers of 8 KiB), and 1,000 slowloris clients sending that much pin 32 MiB in all.
 MAX_HEAD: Final = 32 << 10
 HEAD_END: Final = b"\r\n\r\n"
-# A head announcing a body: a Content-Length above 0, or any Transfer-Encoding.
-BODY: Final = re.compile(rb"\r\n(content-length:[ \t]*0*[1-9]|transfer-encoding:)", re.IGNORECASE)
-# Client behaviour that ends a connection; logged at debug, without a traceback.
-CLIENT_FAULTS: Final = (ConnectionError, HttpProcessingError, asyncio.TimeoutError)
-RETRY_AFTER_SECONDS: Final = 1
+_BAD_REQUEST: Final = ("Bad Request", "400 Bad Request\n")
 
 
 def _frozen() -> Mapping[str, str]:
@@ -65,7 +60,7 @@ def _frozen() -> Mapping[str, str]:
 @dataclass(frozen=True)
 class ConnectionLimits:
     """The `--web.*` connection flags (the CLI takes positive durations only); `headers` are
-    the web config's, for the answers made below the app."""
+    the web config's, for every answer."""
 
     read_header_timeout: float = 10.0
     idle_timeout: float = 120.0
@@ -76,205 +71,240 @@ class ConnectionLimits:
     probe_paths: frozenset[str] = frozenset()
 
 
-def raw_response(
-    status: int, reason: str, text: str, headers: Mapping[str, str], retry_after: bool = False
-) -> bytes:
-    """A whole `Connection: close` answer as bytes, for what is said before (or without) a
-    parsed request: the configured headers on it, no Server header."""
-    body = text.encode()
-    lines = [f"HTTP/1.1 {status} {reason}", "Content-Type: text/plain; charset=utf-8"]
-    lines += [f"Content-Length: {len(body)}", "Connection: close"]
-    if retry_after:
-        lines.append(f"Retry-After: {RETRY_AFTER_SECONDS}")
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+class Connection:
+    """Requests off one wire, one at a time, answered by `app`."""
 
-
-def dress(response: web.StreamResponse, headers: Mapping[str, str]) -> None:
-    """The configured headers (a default a handler may override, as in exporter-toolkit), and
-    no Server header: aiohttp's names the Python and aiohttp versions, Go's servers send none.
-    Called once aiohttp has set its own headers and before they are written."""
-    response.headers.popall(hdrs.SERVER, None)
-    for name, value in headers.items():
-        response.headers.setdefault(name, value)
-
-
-class _ErrorResponse(web.Response):
-    """aiohttp's own error answers (a malformed request's 400) are prepared without the app's
-    prepare hook; this dresses them the same way."""
-
-    def __init__(self, headers: Mapping[str, str], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._dress = headers
-
-    async def _prepare_headers(self) -> None:
-        await super()._prepare_headers()
-        dress(self, self._dress)
-
-
-class Connection(web.RequestHandler):
-    """aiohttp's RequestHandler behind an inbox, with the timeouts above, on a Wire."""
-
-    def __init__(
-        self,
-        manager: web.Server,
-        limits: ConnectionLimits,
-        probes_only: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            manager,
-            keepalive_timeout=limits.idle_timeout,
-            max_line_size=MAX_HEAD,
-            max_field_size=MAX_HEAD,
-            **kwargs,
-        )
+    def __init__(self, app: App, limits: ConnectionLimits, probes_only: bool = False) -> None:
+        self._app = app
         self._limits = limits
+        self._configured = configured_lines(limits.headers)
         self._probes_only = probes_only
+        self._loop = asyncio.get_running_loop()
+        self._client = ""
         self._inbox = bytearray()
-        self._in_request = False  # a head was fed and its response is not finished
-        self._body = False  # that request has a body: bytes go to aiohttp as they come
-        self._reading_held = False  # we paused the transport because the inbox is full
-        self._header_timer: asyncio.TimerHandle | None = None
+        self._in_request = False  # a head was taken and its answer is not written yet
+        self._closing = False  # no further request is read
+        self._client_done = False  # the client sent its FIN
+        self._searched = 0  # inbox bytes already searched for a head's end
+        self._reading_held = False  # we paused the wire because the inbox is full
+        self._feeding = False  # _feed is running: a nested call only asks it to go on
+        self._feed_again = False
+        # One timer, moved lazily: the head's deadline or the idle one (None: neither).
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._on_deadline: Callable[[], None] | None = None
         self._wire: Wire | None = None
+        self.task: asyncio.Task[None] | None = None  # the request being handled
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, Wire)
-        self._wire = transport
-        transport.on_drained = self._feed  # the next request once the last answer is out
-        super().connection_made(transport)
-        self._arm_header_timer()
+    # --- what the wire calls ----------------------------------------------------------------
 
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._cancel_header_timer()
-        self._inbox.clear()
-        super().connection_lost(exc)
+    def connection_made(self, wire: Wire) -> None:
+        self._wire = wire
+        self._client = client_address(wire.get_extra_info("peername"))
+        wire.on_drained = self._feed  # the next request once the last answer is out
+        self._arm(self._limits.read_header_timeout, self._head_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        if not (self._in_request or self._body or self._inbox) and data:
-            self._arm_header_timer()  # the first byte of a request: its head is now due
+        starting = not (self._in_request or self._inbox)  # the first bytes of a request
         self._inbox += data
         self._feed()
+        # Its head is due from now, unless a deadline runs already (the first request's,
+        # from the accept).
+        due = self._on_deadline == self._head_timed_out
+        if starting and self._inbox and not self._in_request and not due:
+            self._arm(self._limits.read_header_timeout, self._head_timed_out)
 
-    async def finish_response(
-        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
-    ) -> tuple[web.StreamResponse, bool]:
-        """aiohttp's last step of every request (the response is written): the next one may
-        be read once it is in the kernel."""
-        try:
-            return await super().finish_response(request, resp, start_time)
-        finally:
-            self._in_request = False
-            if self._body or self._probes_only:
-                # Nothing here reads a body: aiohttp discards the rest (its lingering close)
-                # and ends the connection, rather than finding the next head after it.
-                self.close()
-            elif self._inbox:  # part of the next request is here already
-                self._arm_header_timer()
-            self._feed()
+    def eof_received(self) -> None:
+        """The client sent its FIN: a request it sent whole is still answered."""
+        self._client_done = True
+        self._feed()
 
-    def handle_error(
-        self,
-        request: web.BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        """aiohttp's answer to a request it could not parse or serve, dressed as ours are."""
-        answer = super().handle_error(request, status, exc, message)
-        if not isinstance(answer, web.Response):
-            return answer
-        dressed = _ErrorResponse(
-            self._limits.headers,
-            status=answer.status,
-            body=answer.body,
-            content_type=answer.content_type,
-        )
-        dressed.force_close()
-        return dressed
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_timer()
+        self._inbox.clear()
+        self._closing = True
+        if exc is not None:
+            log.debug("client %s: %s: %s", self._peer(), type(exc).__name__, exc)
+
+    # --- the server's shutdown --------------------------------------------------------------
+
+    def stop(self) -> None:
+        """The server is shutting down: an answer the client is not taking is cut now rather
+        than after the write timeout, so a never-reading client cannot delay the exit; an
+        idle connection is closed; a request being handled is answered, then closed."""
+        wire = self._wire
+        self._closing = True
+        if wire is None:
+            return
+        if not wire.drained:
+            wire.cut()
+        elif not self._in_request:
+            self._close()
+
+    # --- requests ---------------------------------------------------------------------------
 
     def _feed(self) -> None:
-        """Hand aiohttp the next complete request head, if no request is in progress and the
-        last answer is in the kernel."""
-        wire = self._wire
-        if self.transport is None or wire is None:
+        """Take the next complete request head, if no request is in progress and the last
+        answer is in the kernel. A scrape is answered within the call, and its answer's
+        arrival in the kernel asks for the next head: that runs as the next turn of this
+        loop, not as a call nested in this one (1,000 pipelined requests would nest 1,000)."""
+        if self._feeding:
+            self._feed_again = True
             return
-        if self._body and self._inbox:
-            body = bytes(self._inbox)
-            self._inbox.clear()
-            super().data_received(body)
-        elif not self._in_request and wire.drained:
-            end = self._inbox.find(HEAD_END)
-            if 0 <= end < MAX_HEAD:
-                head = bytes(self._inbox[: end + len(HEAD_END)])
-                del self._inbox[: len(head)]
-                if self._probes_only and not self._is_probe(head):
-                    self._refuse(
-                        503, "Service Unavailable", "too many open connections\n", retry=True
-                    )
-                    return
-                self._in_request = True
-                self._body = BODY.search(head) is not None
-                self._cancel_header_timer()
-                wire.note_request()
-                super().data_received(head)
-                if self._body:
-                    self._feed()
-                    return
-            elif len(self._inbox) >= MAX_HEAD:
-                log.debug("client %s: request head over %d bytes; closing", self._peer(), MAX_HEAD)
-                self._refuse(431, "Request Header Fields Too Large", "request head too large\n")
-                return
+        self._feeding = True
+        try:
+            self._feed_again = True
+            while self._feed_again:
+                self._feed_again = False
+                self._feed_once()
+        finally:
+            self._feeding = False
+
+    def _feed_once(self) -> None:
+        wire = self._wire
+        if wire is None or self._in_request or not wire.drained:
+            return
+        end = self._inbox.find(HEAD_END, max(0, self._searched - 3), MAX_HEAD)
+        self._searched = len(self._inbox)
+        if self._closing or (self._client_done and end < 0):
+            self._close()  # shutting down, or the client left with no whole request
+            return
+        if end >= 0:
+            head = bytes(self._inbox[: end + len(HEAD_END)])
+            del self._inbox[: len(head)]
+            self._searched = 0
+            self._cancel_timer()
+            wire.note_request()
+            self._start(head)
+        elif len(self._inbox) >= MAX_HEAD:
+            log.debug("client %s: request head over %d bytes; closing", self._peer(), MAX_HEAD)
+            self._refuse(431, "Request Header Fields Too Large", "request head too large\n")
+            return
         full = len(self._inbox) >= MAX_HEAD
         if full != self._reading_held:
             self._reading_held = full
             if full:
-                self.transport.pause_reading()
+                wire.pause_reading()
             else:
-                self.transport.resume_reading()
+                wire.resume_reading()
 
-    def _is_probe(self, head: bytes) -> bool:
-        method, _, rest = head.partition(b" ")
-        target = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-        return method in (b"GET", b"HEAD") and target.decode("latin-1") in self._limits.probe_paths
+    def _start(self, head: bytes) -> None:
+        """Parse one head and hand the request to the app."""
+        try:
+            parsed = parse_head(head)
+        except BadRequest as exc:
+            log.debug("client %s: bad request: %s", self._peer(), exc)
+            self._refuse(400, *_BAD_REQUEST)
+            return
+        target = parsed.target
+        if not target.startswith("/") and "://" in target:  # absolute form: its path
+            target = "/" + target.split("://", 1)[1].partition("/")[2]
+        path = target.partition("?")[0]
+        if "%" in path:
+            path = unquote(path, errors="replace")
+        if self._probes_only and (
+            path not in self._limits.probe_paths or parsed.method not in ("GET", "HEAD")
+        ):
+            self._refuse(503, "Service Unavailable", "too many open connections\n", True)
+            return
+        if not parsed.keep_alive or parsed.has_body:
+            self._closing = True  # after this answer (a body is never read)
+        assert self._wire is not None
+        request = Request(parsed.method, path, parsed.headers, self._client, self._wire)
+        self._in_request = True
+        # The app runs at once, not in a task's first step one loop turn later: a scrape
+        # awaits nothing, so it is answered here; only a request that waits (a password check)
+        # goes on in a task.
+        respond = self._respond(request)
+        try:
+            waiting = respond.send(None)
+        except StopIteration:
+            return
+        self.task = self._loop.create_task(resumed(respond, waiting))
+
+    async def _respond(self, request: Request) -> None:
+        try:
+            response = await self._app.handle(request)
+        except Exception:  # a bug of ours: logged whole, answered 500
+            log.exception("error handling %s %s", request.method, request.path)
+            response = Response(500, text="500 Internal Server Error\n")
+        finally:
+            self.task = None
+        self._send(request, response)
+
+    def _send(self, request: Request, response: Response) -> None:
+        """Write the answer (HEAD: without its body), then take the next request or close."""
+        wire = self._wire
+        if wire is None or wire.is_closing():
+            self._in_request = False
+            return
+        body = response.body
+        closing = self._closing or self._client_done or self._probes_only
+        head = answer_head(response.status, response.headers, len(body), closing, self._configured)
+        if request.method == "HEAD" or not body:
+            wire.write(head)
+        else:
+            wire.write(head, body)
+        self._in_request = False
+        if closing:
+            self._close()
+            return
+        if self._inbox:  # part of the next request is here already: its head is due
+            self._arm(self._limits.read_header_timeout, self._head_timed_out)
+        else:
+            self._arm(self._limits.idle_timeout, self._idle_timed_out)
+        self._feed()
 
     def _refuse(self, status: int, reason: str, text: str, retry: bool = False) -> None:
-        """Answer without aiohttp (no request was handed to it) and close."""
-        assert self.transport is not None
+        """Answer without the app (no request was parsed) and close."""
+        assert self._wire is not None
         self._inbox.clear()
-        self.transport.write(raw_response(status, reason, text, self._limits.headers, retry))
-        self.force_close()  # closes the wire once the answer is out
+        self._wire.write(raw_response(status, reason, text, self._limits.headers, retry))
+        self._close()
 
-    def stop(self) -> None:
-        """The server is shutting down: a response the client is not taking is cut now rather
-        than after the write timeout, so a never-reading client cannot delay the exit."""
-        if self._wire is not None and not self._wire.drained:
-            self._wire.cut()
+    def _close(self) -> None:
+        self._closing = True
+        self._stop_timer()
+        if self._wire is not None:
+            self._wire.close()
 
-    def log_exception(self, *args: Any, **kwargs: Any) -> None:
-        """aiohttp logs every failed request with its traceback at error level; a client's
-        disconnect or malformed request gets one debug line instead. Our own bugs (anything
-        else) keep the traceback."""
-        exc = kwargs.get("exc_info")
-        if isinstance(exc, CLIENT_FAULTS):
-            reason = exc.message if isinstance(exc, HttpProcessingError) else exc
-            log.debug("client %s: %s: %s", self._peer(), type(exc).__name__, reason)
+    # --- timers -----------------------------------------------------------------------------
+
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
+        """`callback` in `delay` seconds, instead of what was due. The timer is moved only
+        when the new deadline is earlier: a keep-alive scrape re-arms it at no cost."""
+        if not delay:
+            self._cancel_timer()
             return
-        super().log_exception(*args, **kwargs)
+        self._deadline = self._loop.time() + delay
+        self._on_deadline = callback
+        if self._timer is None or self._timer.when() > self._deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
 
-    def _arm_header_timer(self) -> None:
-        if self._limits.read_header_timeout and self._header_timer is None:
-            self._header_timer = self._loop.call_later(
-                self._limits.read_header_timeout, self._headers_timed_out
-            )
+    def _cancel_timer(self) -> None:
+        """Nothing is due (the timer stays where it is, to be moved or to fire idle)."""
+        self._on_deadline = None
 
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+    def _stop_timer(self) -> None:
+        self._on_deadline = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    def _headers_timed_out(self) -> None:
-        self._header_timer = None
+    def _timer_fired(self) -> None:
+        self._timer = None
+        callback = self._on_deadline
+        if callback is None:
+            return
+        if self._loop.time() < self._deadline:  # moved later meanwhile
+            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
+            return
+        self._on_deadline = None
+        callback()
+
+    def _head_timed_out(self) -> None:
         if self._in_request or HEAD_END in self._inbox:  # a whole head waits its turn
             return
         log.debug(
@@ -282,10 +312,36 @@ class Connection(web.RequestHandler):
             self._peer(),
             self._limits.read_header_timeout,
         )
-        self.force_close()
         if self._wire is not None:
             self._wire.cut()
 
+    def _idle_timed_out(self) -> None:
+        if not self._in_request and not self._inbox:
+            self._close()
+
     def _peer(self) -> str:
-        peer = self.peername
+        peer = self._wire.get_extra_info("peername") if self._wire is not None else None
         return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
+@types.coroutine
+def resumed(coro: Coroutine[Any, Any, None], waiting: Any) -> Generator[Any, Any, None]:
+    """The rest of `coro`, whose first step yielded `waiting` (the future it awaits), as a
+    coroutine a task can run: what `yield from coro` would do had the first step not been
+    taken already (PEP 380): values and exceptions pass through both ways."""
+    while True:
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # passed on, as `yield from` does
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                waiting = coro.send(sent)
+            except StopIteration:
+                return

@@ -71,7 +71,8 @@ def interval(value: str) -> float:
 
 def telemetry_path(value: str) -> str:
     """A plain URL path the server answers with nothing else. A probe path would serve the
-    metrics without auth (probes skip it for the kubelet); `{` makes an aiohttp pattern."""
+    metrics without auth (probes skip it for the kubelet); URL path characters only, so what
+    a client sends (decoded) is exactly the path configured."""
     if not value.startswith("/"):
         raise argparse.ArgumentTypeError(f"must start with '/': {quoted(value)}")
     if value in RESERVED_PATHS:

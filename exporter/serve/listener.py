@@ -1,7 +1,7 @@
 """The listening sockets: accepts connections itself and shares them fairly by client address.
 
-aiohttp's TCPSite hands every accepted socket straight to asyncio, which offers no connection
-cap. This site runs its own accept loop instead, so each connection passes the client table
+asyncio's servers hand every accepted socket straight to a transport and offer no connection
+cap. The listener runs its own accept loop instead, so each connection passes the client table
 first (client_shares.py):
 
 - **its address's share** (`--web.max-connections-per-client`): over it, the connection gets
@@ -12,12 +12,12 @@ first (client_shares.py):
   answers the kubelet's probes and nothing else (503 with Retry-After), so `/healthz` is
   answered whatever other clients hold; beyond that, it is closed at once (503 on plain HTTP).
 
-Then asyncio's plain socket transport serves it, under a `Wire` (wire.py: TLS by memory BIOs,
-Go's 400 for plain HTTP on a TLS port, the handshake within `--web.read-header-timeout`, the
-write timeout) and a `Connection` (connection.py). Listening sockets get small kernel buffers,
-which accepted ones inherit: requests are a few hundred bytes, so one read adds at most 16 KiB;
-and a client that never reads pins ~64 KiB of kernel memory, not the 4 MiB Linux would grow its
-send buffer to.
+Then a `Wire` serves its socket (wire.py: views sent by sendmsg, the write timeout, a lingering
+close; tls_wire.py on a TLS port: TLS by memory BIOs, Go's 400 for plain HTTP, the handshake
+within `--web.read-header-timeout`) to a `Connection` (connection.py: HTTP/1.1).
+Listening sockets get small kernel buffers, which accepted ones inherit: requests are a few
+hundred bytes, so one read adds at most 16 KiB; and a client that never reads pins ~64 KiB of
+kernel memory, not the 4 MiB Linux would grow its send buffer to.
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any, Final
 
-from aiohttp import web
-
+from kube_gpu_exporter.exporter.serve.answer_head import raw_response
 from kube_gpu_exporter.exporter.serve.client_shares import (
     ConnectionTable,
     Verdict,
     client_address,
 )
-from kube_gpu_exporter.exporter.serve.connection import Connection, ConnectionLimits, raw_response
+from kube_gpu_exporter.exporter.serve.connection import Connection, ConnectionLimits
+from kube_gpu_exporter.exporter.serve.tls_wire import TlsWire
+from kube_gpu_exporter.exporter.serve.web import App
 from kube_gpu_exporter.exporter.serve.wire import Wire
 
 log = logging.getLogger(__name__)
@@ -51,21 +52,24 @@ SEND_BUFFER: Final = 32 << 10
 OVERFLOW: Final = 32  # probe-only connections beyond --web.max-connections
 OVERFLOW_TIMEOUT: Final = 2.0  # seconds such a connection may take to ask
 ACCEPT_RETRY_SECONDS: Final = 0.1  # after EMFILE and the like
+DRAIN_POLL_SECONDS: Final = 0.02
 
 
-class Listener(web.BaseSite):
-    """A site for `web.AppRunner`: binds `host:port` (every address when host is empty)."""
+class Listener:
+    """`app` served on `host:port` (every address when host is empty)."""
 
     def __init__(
         self,
-        runner: web.AppRunner,
+        app: App,
         host: str,
         port: int,
         limits: ConnectionLimits,
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 128,
     ) -> None:
-        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self._app = app
+        self._ssl_context = ssl_context
+        self._backlog = backlog
         self._host = host
         self._port = port
         self._limits = limits
@@ -75,6 +79,7 @@ class Listener(web.BaseSite):
             limits.max_connections, limits.max_connections_per_client
         )
         self._overflow: set[Wire] = set()
+        self._connections: dict[Wire, Connection] = {}
         headers = limits.headers
         self._client_full = raw_response(
             429, "Too Many Requests", "too many connections from your address\n", headers, True
@@ -98,26 +103,34 @@ class Listener(web.BaseSite):
         return len(self._table) + len(self._overflow)
 
     async def start(self) -> None:
-        await super().start()
         self._sockets = await _bind(self._host, self._port, self._backlog)
         loop = asyncio.get_running_loop()
         for sock in self._sockets:
             self._spawn(loop, self._accept(sock))
 
-    async def stop(self) -> None:
-        """Stop accepting and cut responses clients are not reading; aiohttp's runner then
-        lets the other requests finish."""
+    async def stop(self, drain_seconds: float) -> None:
+        """Stop accepting; cut answers clients are not reading and close idle connections;
+        let the requests being handled finish for `drain_seconds` at most, then end them all."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for sock in self._sockets:
             sock.close()
         self._sockets.clear()
-        if self._runner.server is not None:
-            for connection in self._runner.server.connections:
-                if isinstance(connection, Connection):
-                    connection.stop()
-        await super().stop()
+        for connection in list(self._connections.values()):
+            connection.stop()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_seconds
+        while loop.time() < deadline and any(
+            connection.task is not None or not wire.drained
+            for wire, connection in self._connections.items()
+        ):
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        for connection in list(self._connections.values()):
+            if connection.task is not None:
+                connection.task.cancel()
+        for wire in list(self._connections):
+            wire.cut()
 
     def _spawn(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> None:
         task = loop.create_task(coro)
@@ -134,9 +147,9 @@ class Listener(web.BaseSite):
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             sock.setblocking(False)
-            self._admit(loop, sock, client_address(peer))
+            self._admit(sock, client_address(peer))
 
-    def _admit(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, client: str) -> None:
+    def _admit(self, sock: socket.socket, client: str) -> None:
         admission = self._table.admit(client)
         if admission.verdict is Verdict.CLIENT_FULL:
             log.debug("client %s: over --web.max-connections-per-client; closing", client)
@@ -150,16 +163,16 @@ class Listener(web.BaseSite):
             )
             admission.evicted.cut()
         if admission.verdict is Verdict.ADMIT:
-            wire = self._wire(client, probes_only=False)
+            wire = self._wire(sock, client, probes_only=False)
             self._table.add(client, wire)
         elif len(self._overflow) < OVERFLOW:
-            wire = self._wire(client, probes_only=True)
+            wire = self._wire(sock, client, probes_only=True)
             self._overflow.add(wire)
         else:
             log.debug("client %s: over --web.max-connections; closing", client)
             self._refuse(sock, self._full)
             return
-        self._spawn(loop, self._serve(sock, wire))
+        wire.start()
 
     def _refuse(self, sock: socket.socket, answer: bytes) -> None:
         if self._ssl_context is None:
@@ -167,45 +180,38 @@ class Listener(web.BaseSite):
                 sock.send(answer)
         _discard(sock)
 
-    def _wire(self, client: str, probes_only: bool) -> Wire:
-        server = self._runner.server
-        assert server is not None
+    def _wire(self, sock: socket.socket, client: str, probes_only: bool) -> Wire:
         limits = self._limits
         if probes_only:
             limits = replace(limits, read_header_timeout=OVERFLOW_TIMEOUT)
-        connection = Connection(
-            server,
-            limits,
-            probes_only=probes_only,
-            loop=asyncio.get_running_loop(),
-            access_log=None,
-        )
-        return Wire(
-            connection,
-            client=client,
-            write_timeout=limits.write_timeout,
-            handshake_timeout=limits.read_header_timeout,
-            on_lost=self._lost,
-            tls=self._ssl_context,
-        )
+        connection = Connection(self._app, limits, probes_only=probes_only)
+        wire: Wire
+        if self._ssl_context is None:
+            wire = Wire(
+                sock,
+                connection,
+                client=client,
+                write_timeout=limits.write_timeout,
+                handshake_timeout=limits.read_header_timeout,
+                on_lost=self._lost,
+            )
+        else:
+            wire = TlsWire(
+                sock,
+                connection,
+                client=client,
+                write_timeout=limits.write_timeout,
+                handshake_timeout=limits.read_header_timeout,
+                on_lost=self._lost,
+                tls=self._ssl_context,
+            )
+        self._connections[wire] = connection
+        return wire
 
     def _lost(self, wire: Wire) -> None:
         self._table.remove(wire.client, wire)
         self._overflow.discard(wire)
-
-    async def _serve(self, sock: socket.socket, wire: Wire) -> None:
-        """Hand the socket to asyncio under its wire; the wire leaves the table when the
-        connection ends, whatever ends it."""
-        try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: wire, sock)
-        except OSError as exc:
-            log.debug("client %s: %s: %s", wire.client, type(exc).__name__, exc)
-            sock.close()
-            self._lost(wire)
-        except BaseException:
-            sock.close()
-            self._lost(wire)
-            raise
+        self._connections.pop(wire, None)
 
 
 def _discard(sock: socket.socket) -> None:

@@ -1,7 +1,8 @@
-"""What a web config asks of every response: configured headers and bcrypt basic auth.
+"""What a web config asks of every request: bcrypt basic auth.
 
-They apply what `web_config.load_web_config` validated; `web_config.web_middlewares` builds the
-auth middleware, and `server.build_app` places it outside the scrape bound.
+It applies what `web_config.load_web_config` validated; `web_config.web_middlewares` builds the
+middleware, and `server.build_app` places it outside the scrape bound. (The configured headers
+go on every answer where answers are written: connection.py.)
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ import contextlib
 import hashlib
 import hmac
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
-from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler
+from kube_gpu_exporter.exporter.serve.answer_head import RETRY_AFTER_SECONDS
+from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares
+from kube_gpu_exporter.exporter.serve.web import Handler, Request, Response
 
-from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares, client_address
-from kube_gpu_exporter.exporter.serve.connection import RETRY_AFTER_SECONDS, dress
-
-__all__ = ["BasicAuth", "CheckPassword", "headers_hook"]
+__all__ = ["BasicAuth", "CheckPassword"]
 
 CheckPassword = Callable[[bytes, bytes], bool]
 """`bcrypt.checkpw`'s signature (password, hashed); injectable so tests can count calls."""
@@ -35,19 +34,6 @@ MAX_PENDING_CHECKS: Final = 8
 MAX_PENDING_PER_CLIENT: Final = 2
 MAX_PENDING_TRUSTED: Final = 64
 SUSPECTS: Final = 4096  # addresses remembered for their last failed check
-
-
-def headers_hook(
-    headers: Mapping[str, str],
-) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """An `on_response_prepare` hook dressing every response the app sends (`dress`: the
-    configured headers, no Server header): a middleware cannot reach a response its handler
-    has already started streaming (/metrics), the hook runs inside `prepare` itself."""
-
-    async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
-        dress(response, headers)
-
-    return add_headers
 
 
 class BasicAuth:
@@ -91,13 +77,12 @@ class BasicAuth:
         # as known ones (no user enumeration by timing); they can never pass, match or not.
         self._decoy = max(users.values(), key=lambda hashed: int(hashed[4:6]))
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def middleware(self, request: Request, handler: Handler) -> Response:
         """Passes requests for public paths and those with good credentials; 401s the rest."""
         if request.path in self._public_paths:
             return await handler(request)
-        credentials = _parse_basic_auth(request.headers.get(hdrs.AUTHORIZATION, ""))
-        client = client_address(request.transport and request.transport.get_extra_info("peername"))
+        credentials = _parse_basic_auth(request.headers.get("authorization", ""))
+        client = request.client
         verdict = await self._authenticate(client, *credentials) if credentials else False
         if verdict is True:
             return await handler(request)
@@ -105,9 +90,7 @@ class BasicAuth:
             return _retry_later(429, "too many password checks from your address\n")
         if verdict is Refusal.TOTAL or verdict is None:
             return _retry_later(503, "too many password checks in progress\n")
-        return web.Response(
-            status=401, text="Unauthorized\n", headers={hdrs.WWW_AUTHENTICATE: "Basic"}
-        )
+        return Response(401, text="Unauthorized\n", headers={"WWW-Authenticate": "Basic"})
 
     async def _authenticate(self, client: str, user: str, password: bytes) -> bool | Refusal | None:
         """True or False; a Refusal when too many checks are already waiting; None when the
@@ -243,10 +226,8 @@ class CheckTurns:
         self._busy = False
 
 
-def _retry_later(status: int, text: str) -> web.Response:
-    return web.Response(
-        status=status, text=text, headers={hdrs.RETRY_AFTER: str(RETRY_AFTER_SECONDS)}
-    )
+def _retry_later(status: int, text: str) -> Response:
+    return Response(status, text=text, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def _parse_basic_auth(header: str) -> tuple[str, bytes] | None:

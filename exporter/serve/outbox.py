@@ -2,7 +2,8 @@
 
 A pre-rendered /metrics body is shared by every response that carries it; queuing a view of it
 instead of a copy is what keeps a client that never reads from pinning a response's worth of
-memory per connection (wire.py hands the kernel one chunk at a time from here).
+memory per connection. wire.py hands the kernel the front views (`views`) in one `sendmsg` and
+drops what it took (`consume`), so even what the kernel refuses stays a view, never a copy.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import collections
 
 
 class Outbox:
-    """A FIFO of byte views; `take` returns the next bytes to send, a view where it can."""
+    """A FIFO of byte views."""
 
     def __init__(self) -> None:
         self._views: collections.deque[memoryview] = collections.deque()
@@ -24,26 +25,33 @@ class Outbox:
         # A bytes object cannot change under us, so a view of it is enough; anything else
         # is copied once, as asyncio would.
         view = memoryview(data if isinstance(data, bytes) else bytes(data))
-        self._views.append(view)
-        self.queued += len(view)
+        if view:
+            self._views.append(view)
+            self.queued += len(view)
 
-    def take(self, size: int) -> bytes | memoryview:
-        """Up to `size` bytes off the front; a view when one piece covers them."""
-        head = self._views[0]
-        if len(head) >= size:
-            self._views[0] = head[size:]
-            if not self._views[0]:
-                self._views.popleft()
-            self.queued -= size
-            return head[:size]
-        pieces: list[memoryview] = []
-        taken = 0
-        while self._views and taken + len(self._views[0]) <= size:
-            piece = self._views.popleft()
-            pieces.append(piece)
-            taken += len(piece)
-        self.queued -= taken
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    def views(self, size: int) -> list[memoryview]:
+        """The front views, `size` bytes at most in all (the last one cut to fit)."""
+        out: list[memoryview] = []
+        left = size
+        for view in self._views:
+            if len(view) >= left:
+                out.append(view[:left])
+                break
+            out.append(view)
+            left -= len(view)
+        return out
+
+    def consume(self, size: int) -> None:
+        """Drop the first `size` bytes: the kernel took them."""
+        self.queued -= size
+        views = self._views
+        while size:
+            head = views[0]
+            if len(head) > size:
+                views[0] = head[size:]
+                return
+            views.popleft()
+            size -= len(head)
 
     def clear(self) -> None:
         self._views.clear()

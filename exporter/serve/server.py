@@ -8,19 +8,15 @@ costs the same whatever the GPUs or the cluster are doing.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol
-
-from aiohttp import hdrs, web
-from aiohttp.http_writer import StreamWriter
-from aiohttp.typedefs import Handler, Middleware
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.exposition.families import device_labels
-from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares, client_address
+from kube_gpu_exporter.exporter.serve.answer_head import RETRY_AFTER_SECONDS
+from kube_gpu_exporter.exporter.serve.client_shares import Refusal, Shares
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
-from kube_gpu_exporter.exporter.serve.connection import RETRY_AFTER_SECONDS
-from kube_gpu_exporter.exporter.serve.middleware import headers_hook
+from kube_gpu_exporter.exporter.serve.web import App, Handler, Middleware, Request, Response
 
 
 class Body(Protocol):
@@ -45,7 +41,8 @@ class Source(Protocol):
     def not_ready_reason(self) -> str: ...
 
 
-LOOP_KEY: web.AppKey[Source] = web.AppKey("collection")
+LOOP_KEY = "collection"  # App.state: the Source
+PATH_KEY = "telemetry_path"  # App.state: where /metrics is served
 
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
@@ -65,11 +62,10 @@ def concurrency_limit(limit: int, per_client: int = 0) -> Middleware:
     """
     shares = Shares(limit, per_client if limit else 0)
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def middleware(request: Request, handler: Handler) -> Response:
         if request.path in PROBE_PATHS or not limit:
             return await handler(request)
-        client = client_address(request.transport and request.transport.get_extra_info("peername"))
+        client = request.client
         refusal = shares.take(client)
         if refusal is Refusal.CLIENT:
             return _retry_later(429, "too many concurrent requests from your address\n")
@@ -83,10 +79,8 @@ def concurrency_limit(limit: int, per_client: int = 0) -> Middleware:
     return middleware
 
 
-def _retry_later(status: int, text: str) -> web.Response:
-    return web.Response(
-        status=status, text=text, headers={hdrs.RETRY_AFTER: str(RETRY_AFTER_SECONDS)}
-    )
+def _retry_later(status: int, text: str) -> Response:
+    return Response(status, text=text, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -113,42 +107,53 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return chosen is not None and chosen > 0
 
 
-async def metrics(request: web.Request) -> web.StreamResponse:
-    """The latest rendered snapshot, queued on the connection's wire without a copy. HEAD
-    gets the headers GET would (Content-Length included) and no body."""
-    latest = request.app[LOOP_KEY].latest
-    if latest is None:
-        return web.Response(status=503, text="no collection has completed yet\n")
-    gzipped = accepts_gzip(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
-    body, content_type = latest.body(request.headers.get(hdrs.ACCEPT, ""), gzipped)
-    # The body depends on Accept-Encoding, so caches must key on it.
-    headers = {hdrs.CONTENT_TYPE: content_type, hdrs.VARY: hdrs.ACCEPT_ENCODING}
-    if gzipped:
-        headers[hdrs.CONTENT_ENCODING] = "gzip"
-    response = web.Response(body=body, headers=headers)
-    writer = await response.prepare(request)
-    # The head on its own: aiohttp would otherwise join it and the body into one new bytes
-    # object (it does on Python < 3.12.9), a copy per response that a client not reading
-    # would pin; this way the wire queues a view of the rendered body (wire.py).
-    if isinstance(writer, StreamWriter):
-        writer.send_headers()
-    await response.write_eof()  # aiohttp's Response leaves the body out for HEAD
-    return response
+def metrics(app: App) -> Handler:
+    """The latest rendered snapshot, as the shared bytes object the connection queues views
+    of (never copied per client). HEAD gets the headers GET would (Content-Length included)
+    and no body."""
+    source: Source = app.state[LOOP_KEY]
+
+    async def handler(request: Request) -> Response:
+        latest = source.latest
+        if latest is None:
+            return Response(503, text="no collection has completed yet\n")
+        headers = request.headers
+        gzipped = accepts_gzip(headers.get("accept-encoding", ""))
+        body, content_type = latest.body(headers.get("accept", ""), gzipped)
+        # The body depends on Accept-Encoding, so caches must key on it.
+        answer = Response(body=body, content_type=content_type, headers=_VARY)
+        if gzipped:
+            answer.headers["Content-Encoding"] = "gzip"
+        return answer
+
+    return handler
 
 
-async def healthz(request: web.Request) -> web.Response:
+_VARY = {"Vary": "Accept-Encoding"}
+
+
+def healthz(app: App) -> Handler:
     """Liveness: the process serves and its collection loop still runs."""
-    if not request.app[LOOP_KEY].alive:
-        return web.Response(status=503, text="collection loop stopped\n")
-    return web.Response(text="ok\n")
+    source: Source = app.state[LOOP_KEY]
+
+    async def handler(request: Request) -> Response:
+        if not source.alive:
+            return Response(503, text="collection loop stopped\n")
+        return Response(text="ok\n")
+
+    return handler
 
 
-async def readyz(request: web.Request) -> web.Response:
+def readyz(app: App) -> Handler:
     """Readiness: NVML has answered at least once and still does."""
-    loop = request.app[LOOP_KEY]
-    if loop.ready:
-        return web.Response(text="ready\n")
-    return web.Response(status=503, text=f"not ready: {loop.not_ready_reason()}\n")
+    source: Source = app.state[LOOP_KEY]
+
+    async def handler(request: Request) -> Response:
+        if source.ready:
+            return Response(text="ready\n")
+        return Response(503, text=f"not ready: {source.not_ready_reason()}\n")
+
+    return handler
 
 
 def _rows(loop: CollectionLoop) -> Iterable[str]:
@@ -168,9 +173,14 @@ def _rows(loop: CollectionLoop) -> Iterable[str]:
         yield "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in cells) + "</tr>"
 
 
-async def landing(request: web.Request) -> web.Response:
-    loop = request.app[LOOP_KEY]
-    path = html.escape(request.app[PATH_KEY])
+def landing(app: App) -> Handler:
+    """The landing page: links and the node's devices."""
+    return lambda request: _landing(app)
+
+
+async def _landing(app: App) -> Response:
+    loop = app.state[LOOP_KEY]
+    path = html.escape(app.state[PATH_KEY])
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kube-gpu-exporter</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}</style>
@@ -179,7 +189,7 @@ async def landing(request: web.Request) -> web.Response:
 <p><a href="{path}">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Ready</a></p>
 {_section(loop)}</body></html>
 """
-    return web.Response(text=page, content_type="text/html")
+    return Response(text=page, content_type="text/html")
 
 
 def _section(loop: Source) -> str:
@@ -193,28 +203,22 @@ def _section(loop: Source) -> str:
 </table>"""
 
 
-PATH_KEY = web.AppKey("telemetry_path", str)
-
-
 def build_app(
     loop: Source,
     telemetry_path: str = "/metrics",
     max_requests: int = 40,
     middlewares: Iterable[Middleware] = (),
-    headers: Mapping[str, str] | None = None,
     max_requests_per_client: int = 0,
-) -> web.Application:
-    """The app. `middlewares` (basic auth) run outside the concurrency bound; `headers` (the
-    web config's) go on every response the app prepares, /metrics' streamed one and the
-    middlewares' 401 and 503 included, and none has a Server header."""
+) -> App:
+    """The app. `middlewares` (basic auth) run outside the concurrency bound; the web
+    config's headers go on every answer the connection writes (connection.py)."""
     limit = concurrency_limit(max_requests, max_requests_per_client)
-    app = web.Application(middlewares=[*middlewares, limit])
-    app.on_response_prepare.append(headers_hook(headers or {}))
-    app[LOOP_KEY] = loop
-    app[PATH_KEY] = telemetry_path
-    app.router.add_get(telemetry_path, metrics)  # HEAD too
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app = App(middlewares=[*middlewares, limit])
+    app.state[LOOP_KEY] = loop
+    app.state[PATH_KEY] = telemetry_path
+    app.add_get(telemetry_path, metrics(app))  # HEAD too
+    app.add_get("/healthz", healthz(app))
+    app.add_get("/readyz", readyz(app))
     if telemetry_path != "/":
-        app.router.add_get("/", landing)
+        app.add_get("/", landing(app))
     return app

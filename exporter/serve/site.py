@@ -16,8 +16,6 @@ import sys
 from collections.abc import Awaitable
 from typing import NoReturn
 
-from aiohttp import web
-
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
 from kube_gpu_exporter.exporter.serve.listener import Listener
@@ -33,24 +31,27 @@ DRAIN_SECONDS = 1.0
 SHUTDOWN_SECONDS = 4.5
 
 
-async def start_site(
-    args: argparse.Namespace, web_config: WebConfig, source: Source
-) -> web.AppRunner:
-    """Serve `source` as the web flags (`add_web_flags`) and the web config say; the runner
-    to clean up at exit. A port in use or an address not ours is an InputError (exit 2)."""
+class Site:
+    """What serves: `cleanup` stops it at exit (the requests being handled get DRAIN_SECONDS)."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+
+    async def cleanup(self) -> None:
+        await self.listener.stop(DRAIN_SECONDS)
+
+
+async def start_site(args: argparse.Namespace, web_config: WebConfig, source: Source) -> Site:
+    """Serve `source` as the web flags (`add_web_flags`) and the web config say; the site to
+    clean up at exit. A port in use or an address not ours is an InputError (exit 2)."""
     middlewares = web_middlewares(web_config, public_paths=PROBE_PATHS)
     app = build_app(
         source,
         args.telemetry_path,
         args.max_requests,
         middlewares,
-        web_config.headers,
         max_requests_per_client=args.max_requests_per_client,
     )
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=DRAIN_SECONDS
-    )
-    await runner.setup()
     host, port = args.listen
     limits = ConnectionLimits(
         read_header_timeout=args.read_header_timeout,
@@ -61,14 +62,13 @@ async def start_site(
         headers=web_config.headers,
         probe_paths=PROBE_PATHS,
     )
-    site = Listener(runner, host, port, limits, ssl_context=web_config.ssl_context)
+    listener = Listener(app, host, port, limits, ssl_context=web_config.ssl_context)
     try:
-        await site.start()
+        await listener.start()
     except OSError as exc:
-        await runner.cleanup()
         shown = f"{host}:{port}" if host else f":{port}"
         raise InputError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
-    return runner
+    return Site(listener)
 
 
 def stop_on_signals() -> asyncio.Event:

@@ -9,7 +9,7 @@ so a bad file stops the exporter with one line naming the file and the key inste
 the first scrape. Where Python cannot do what Go does, the result is stricter or a no-op, never
 looser (the TLS cases are listed in tls.py):
 
-- `http2` is validated and ignored: aiohttp serves HTTP/1.1.
+- `http2` is validated and ignored: the server speaks HTTP/1.1.
 - Inline `cert`/`key`/`client_ca`, `client_allowed_sans` and `rate_limit` are refused by name.
 
 middleware.py applies the result: configured headers and bcrypt basic auth. The schema
@@ -25,10 +25,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from aiohttp.typedefs import Middleware
-
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
 from kube_gpu_exporter.exporter.serve.middleware import BasicAuth, CheckPassword
+from kube_gpu_exporter.exporter.serve.web import Middleware
 
 __all__ = ["CheckPassword", "WebConfig", "WebConfigError", "load_web_config", "web_middlewares"]
 
@@ -90,7 +89,7 @@ def web_middlewares(
 ) -> list[Middleware]:
     """The middleware that applies `config`'s basic auth, on every path but `public_paths`
     (the kubelet's probes carry no credentials); none without users. The configured headers
-    are not a middleware: `server.build_app` adds them as the response is prepared."""
+    are not a middleware: the connection adds them to every answer it writes."""
     middlewares: list[Middleware] = []
     if config.basic_auth_users:
         if checkpw is None:

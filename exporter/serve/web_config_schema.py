@@ -208,7 +208,7 @@ class TlsServerConfig(_Model):
 class HttpServerConfig(_Model):
     """`http_server_config`: the headers added to every response."""
 
-    http2: Flag = True  # validated and ignored: aiohttp serves HTTP/1.1
+    http2: Flag = True  # validated and ignored: the server speaks HTTP/1.1
     headers: dict[str, str] = {}
 
     @model_validator(mode="before")

@@ -3,10 +3,12 @@ q-values, and plain HTTP on a TLS port, against the real process over bare socke
 
 from __future__ import annotations
 
+import email.utils
 import gzip
 import socket
 import ssl
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -259,3 +261,51 @@ def test_a_request_head_of_30_kib_is_served(tmp_path: Path) -> None:
         assert reader.response().status == 200
         sock.sendall(request("GET", "/healthz", {"Authorization": "Bearer " + "t" * 33_000}))
         assert reader.response().status == 431
+
+
+def test_requests_go_s_server_refuses_get_400_and_the_connection_ends(tmp_path: Path) -> None:
+    """HTTP/1.1 without Host, a field folded onto the line before, whitespace before a colon,
+    Content-Length beside Transfer-Encoding (the request-smuggling pair): Go's net/http
+    answers 400, and so does the exporter's own parser (as aiohttp's did)."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        for head in (
+            b"GET /healthz HTTP/1.1\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n",
+            b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ):
+            sock = connect(exporter.port)
+            sock.sendall(head + request("GET", "/healthz"))
+            assert Reader(sock).response().status == 400, head
+            assert closed_by_peer(sock, 30)
+        assert "Traceback" not in exporter.log()
+
+
+def test_a_thousand_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
+    """One client sends 1,000 requests at once and reads as they come: each is answered,
+    in order, on the one connection (the next head is taken as each answer reaches the
+    kernel, which must not nest one answer's call inside the last one's)."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        paths = ["/healthz", "/readyz"] * 500
+        sock.sendall(b"".join(request("GET", path) for path in paths))
+        bodies = [reader.response().body for _ in paths]
+        assert bodies == [b"ok\n", b"ready\n"] * 500
+        sock.sendall(request("GET", "/healthz"))
+        assert reader.response().status == 200
+        assert "Traceback" not in exporter.log()
+
+
+def test_every_answer_of_the_app_carries_a_date(tmp_path: Path) -> None:
+    """RFC 9110 §6.6.1: an origin server with a clock sends Date (Go's and aiohttp's did)."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        for method, path in [("GET", "/metrics"), ("HEAD", "/metrics"), ("GET", "/nowhere")]:
+            sock.sendall(request(method, path))
+            date = reader.response(head_request=method == "HEAD").headers["date"]
+            assert date.endswith(" GMT") and len(date) == 29, date
+            sent = email.utils.parsedate_to_datetime(date)
+            assert abs((sent - datetime.now(UTC)).total_seconds()) < 60, date

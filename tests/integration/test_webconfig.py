@@ -1,7 +1,8 @@
-"""--web.config.file: real TLS handshakes and basic auth against a real aiohttp server.
+"""--web.config.file: real TLS handshakes and basic auth against the exporter's own server.
 
-Certificates come from the openssl CLI, servers listen on 127.0.0.1 port 0, and clients are
-aiohttp sessions, so these tests exercise the SSLContext and middlewares the exporter serves.
+Certificates come from the openssl CLI, servers (the serve/ stack: listener, wire,
+connection, app) listen on 127.0.0.1 port 0, and clients are aiohttp sessions, so these tests
+exercise the SSLContext and middlewares the exporter serves.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from pathlib import Path
 import aiohttp
 import bcrypt
 import pytest
-from aiohttp import web
 
 from kube_gpu_exporter.exporter.serve import middleware
-from kube_gpu_exporter.exporter.serve.middleware import MAX_PENDING_CHECKS, headers_hook
+from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
+from kube_gpu_exporter.exporter.serve.listener import Listener
+from kube_gpu_exporter.exporter.serve.middleware import MAX_PENDING_CHECKS
+from kube_gpu_exporter.exporter.serve.web import App, Request, Response
 from kube_gpu_exporter.exporter.serve.web_config import (
     WebConfig,
     WebConfigError,
@@ -160,32 +163,28 @@ class CountingCheckpw:
 
 @contextlib.asynccontextmanager
 async def serve(config: WebConfig, checkpw: CountingCheckpw | None = None) -> AsyncIterator[str]:
-    """A real aiohttp server with the config's middlewares and SSL context; yields its URL."""
+    """The exporter's server with the config's middlewares, headers and SSL context; yields
+    its URL."""
 
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+    async def metrics(request: Request) -> Response:
+        return Response(text="ok\n")
 
-    async def tls(request: web.Request) -> web.Response:
+    async def tls(request: Request) -> Response:
         """What the server negotiated: TLS version and cipher, seen from its side."""
-        assert request.transport is not None
         ssl_object = request.transport.get_extra_info("ssl_object")
-        return web.Response(text=f"{ssl_object.version()} {ssl_object.cipher()[0]}")
+        return Response(text=f"{ssl_object.version()} {ssl_object.cipher()[0]}")
 
-    middlewares = web_middlewares(config, checkpw=checkpw or bcrypt.checkpw)
-    app = web.Application(middlewares=middlewares)
-    if config.headers:  # as server.build_app adds them
-        app.on_response_prepare.append(headers_hook(config.headers))
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/tls", tls)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=config.ssl_context)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    app = App(middlewares=web_middlewares(config, checkpw=checkpw or bcrypt.checkpw))
+    app.add_get("/metrics", metrics)
+    app.add_get("/tls", tls)
+    limits = ConnectionLimits(headers=config.headers)  # as serve/site.py passes them
+    listener = Listener(app, "127.0.0.1", 0, limits, ssl_context=config.ssl_context)
+    await listener.start()
+    host, port = listener.addresses[0]
     try:
         yield f"{'https' if config.ssl_context else 'http'}://{host}:{port}"
     finally:
-        await runner.cleanup()
+        await listener.stop(drain_seconds=1.0)
 
 
 def basic(user: str, password: str) -> dict[str, str]:
