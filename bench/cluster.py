@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     text = render(figures, machine(load_at_start))
     print("\n" + text)
-    if args.readme and args.scale == 1.0 and not args.direct:
+    if args.readme and not args.direct:  # the run line says the scale and the rate
         update_readme(README, text + "\n", START, END)
         say(f"results written to {README}")
     return 0

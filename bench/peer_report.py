@@ -235,10 +235,10 @@ def details(r: Run) -> list[str]:
         f"At 1 scrape/s: all three at once for {s.steady_s:g} s, gzip; VmRSS every "
         f"{s.rss_every_s:g} s (ours: "
         + " → ".join(f"{value / MIB:.1f}" for _, value in ours.rss[:: max(1, len(ours.rss) // 8)])
-        + f" → {ours.rss_end / MIB:.1f} MiB). The fake's nvmlEventSetWait polls every 10 ms "
-        "where a driver sleeps in the kernel, so ours' Xid watcher thread costs "
-        f"{ours.poller_share:.2%} of a core here and nothing on a real node: the target is "
-        "judged without it (nvitop and prometheus-client watch no events).",
+        + f" → {ours.rss_end / MIB:.1f} MiB). The fake's nvmlEventSetWait sleeps on "
+        "inotify in 250 ms slices where a driver sleeps in the kernel until an event; ours' Xid "
+        f"watcher thread, shown apart, costs {ours.poller_share:.2%} of a core here: the target "
+        "is judged without it (nvitop and prometheus-client watch no events).",
     ]
 
 

@@ -137,8 +137,8 @@ def exporter_value(server: procs.Server, name: str) -> float:
 def poller_cpu(pid: int, before: dict[int, ThreadCpu], after: dict[int, ThreadCpu]) -> float:
     """CPU of the non-main thread that slept most often: the Xid watcher in the fake's wait.
 
-    The fake's nvmlEventSetWait wakes every 10 ms to look for new Xids (hundreds of sleeps a
-    second); the collector thread sleeps a few times per cycle and the event loop is the main
+    The fake's nvmlEventSetWait wakes every 250 ms (an inotify slice) to look for new Xids;
+    the collector thread sleeps a few times per cycle and the event loop is the main
     thread, so the most frequent sleeper is the poller.
     """
     zero = ThreadCpu(0.0, 0)
