@@ -53,6 +53,13 @@ def fake_nvml_old_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
+    """What an exporter subprocess needs to load the fake NVML; the state file is the test's
+    to write (fakenvml.write_state)."""
+    return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(tmp_path / "state")}
+
+
+@pytest.fixture
 def nvml_state(
     tmp_path: Path, fake_nvml_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:

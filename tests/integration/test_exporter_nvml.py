@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from fakenvml import write_state
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from prometheus_server import Generation, run_prometheus
@@ -28,11 +26,6 @@ devices:
 """
 )
 GPU0 = "GPU-11111111-0000-4000-8000-000000000000"
-
-
-@pytest.fixture
-def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
-    return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(tmp_path / "state")}
 
 
 def test_prometheus_scrapes_every_gpu_and_sees_a_gpu_lost(

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-import pytest
 
 from fakenvml import NVLINK_LINK_COUNT_FIELD, write_state
 from kube_gpu_exporter.exporter import catalog as c
@@ -159,11 +158,6 @@ def test_the_served_counter_keeps_counting_across_a_reset(nvml_state: Path) -> N
         for cycle in cycles(nvml_state, [0, 0, 10, 20, 30])[1:]
     ]
     assert served == [5, 12, 12, 15]
-
-
-@pytest.fixture
-def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
-    return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(tmp_path / "state")}
 
 
 def test_the_exporter_serves_the_counters_with_link_and_type(

@@ -14,8 +14,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from fakenvml import write_state
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from support import run_exporter, values, wait_until
@@ -39,11 +37,6 @@ devices:
 # for 5 s. The test allows more than that for a loaded machine, but far less than the 30 s+
 # a hung call used to hold the process for.
 EXIT_BOUND_SECONDS = 10.0
-
-
-@pytest.fixture
-def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
-    return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(tmp_path / "state")}
 
 
 def _terminate(proc: subprocess.Popen[str]) -> tuple[int | None, float]:

@@ -32,10 +32,10 @@ THIRD = "0000:9a:00.0"
 
 
 @pytest.fixture
-def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
-    state = tmp_path / "state"
-    write_state(state, NVML.state_at(0))
-    return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state)}
+def nvml_env(nvml_env: dict[str, str]) -> dict[str, str]:
+    """conftest's, with the state written."""
+    write_state(Path(nvml_env["FAKE_NVML_STATE"]), NVML.state_at(0))
+    return nvml_env
 
 
 def test_served_beside_nvml_and_absent_while_sysfs_is_unreadable(

@@ -115,10 +115,10 @@ def _quiet(check: object) -> bool | None:
 
 
 @pytest.fixture
-def nvml_env(fake_nvml_dir: Path, tmp_path: Path) -> dict[str, str]:
-    state = tmp_path / "state"
-    write_state(state, NODE.state_at(0))
-    return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state)}
+def nvml_env(nvml_env: dict[str, str]) -> dict[str, str]:
+    """conftest's, with the state written."""
+    write_state(Path(nvml_env["FAKE_NVML_STATE"]), NODE.state_at(0))
+    return nvml_env
 
 
 def test_serve_loads_only_what_serving_needs(nvml_env: dict[str, str], tmp_path: Path) -> None:
