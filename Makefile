@@ -116,6 +116,7 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) bench/peers.py --readme
 	$(PY) bench/rss_profile.py --readme
+	$(PY) bench/pod_watch.py --readme
 	$(PY) bench/profiling.py --readme
 	$(PY) bench/abuse.py --readme
 	$(PY) bench/cluster.py --scale 3 --rate 100 --readme
