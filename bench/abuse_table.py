@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import signal
 import ssl
 import subprocess
 import sys
@@ -122,12 +121,7 @@ def exporter(
             time.sleep(0.1)
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=procs.STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        procs.stop(proc)
 
 
 def ready(port: int, tls: ssl.SSLContext | None) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -121,17 +120,6 @@ def wait_first_data(server: Running, uuids: frozenset[bytes]) -> float:
         scraper.close()
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=procs.STOP_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @contextmanager
 def running(peer: Peer, env: Mapping[str, str], log_dir: Path) -> Iterator[Running]:
     """Spawn `peer` on a free port; it is always stopped afterwards (SIGTERM, then SIGKILL)."""
@@ -148,4 +136,4 @@ def running(peer: Peer, env: Mapping[str, str], log_dir: Path) -> Iterator[Runni
     try:
         yield Running(peer, proc, port, log_path, started)
     finally:
-        _stop(proc)
+        procs.stop(proc)

@@ -99,7 +99,7 @@ def _wait_ready(server: Server, ready_url: str, name: str) -> None:
         time.sleep(0.1)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL if it does not exit in time: never leave a server behind."""
     if proc.poll() is not None:
         return
@@ -134,7 +134,7 @@ def running(
         _wait_ready(server, server.url + ready_path, name)
         yield server
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def _stat_cpu_seconds(stat_path: Path) -> float:
