@@ -2,7 +2,8 @@
 
 Every answer carries the same things, however it was made (the app's, or one refused below
 it): its status line, its own headers, Content-Length, `Connection: close` when the
-connection ends with it, and the web config's headers; never a `Server` header (Go's servers
+connection ends with it (`Connection: keep-alive` when an HTTP/1.0 client asked to keep it:
+1.0 closes unless both sides say so, RFC 9112 §9.3), and the web config's headers; never a `Server` header (Go's servers
 send none, aiohttp's named the Python and aiohttp versions). The app's answers carry `Date`
 (RFC 9110 §6.6.1, as Go's do); the refusals the listener renders once at start do not.
 """
@@ -43,17 +44,18 @@ def answer_head(
     status: int,
     headers: Mapping[str, str],
     length: int,
-    closing: bool,
+    connection: str,
     configured: Mapping[str, str],
 ) -> bytes:
-    """The head of an app's answer; `configured` (`configured_lines`) are defaults a handler
-    may override, as in exporter-toolkit."""
+    """The head of an app's answer; `connection` the Connection field's value ("" for
+    none); `configured` (`configured_lines`) are defaults a handler may override, as in
+    exporter-toolkit."""
     lines = [STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n"]
     lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
     lines.append(f"Content-Length: {length}\r\n")
     lines.append(http_date())
-    if closing:
-        lines.append("Connection: close\r\n")
+    if connection:
+        lines.append(f"Connection: {connection}\r\n")
     if configured:
         given = {name.lower() for name in headers}
         lines += [line for key, line in configured.items() if key not in given]

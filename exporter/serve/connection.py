@@ -84,6 +84,7 @@ class Connection:
         self._inbox = bytearray()
         self._in_request = False  # a head was taken and its answer is not written yet
         self._closing = False  # no further request is read
+        self._http10 = False  # the request in hand is HTTP/1.0: its keep-alive is said
         self._client_done = False  # the client sent its FIN
         self._searched = 0  # inbox bytes already searched for a head's end
         self._reading_held = False  # we paused the wire because the inbox is full
@@ -209,6 +210,7 @@ class Connection:
             return
         if not parsed.keep_alive or parsed.has_body:
             self._closing = True  # after this answer (a body is never read)
+        self._http10 = parsed.http10
         assert self._wire is not None
         request = Request(parsed.method, path, parsed.headers, self._client, self._wire)
         self._in_request = True
@@ -240,7 +242,10 @@ class Connection:
             return
         body = response.body
         closing = self._closing or self._client_done or self._probes_only
-        head = answer_head(response.status, response.headers, len(body), closing, self._configured)
+        connection = "close" if closing else "keep-alive" if self._http10 else ""
+        head = answer_head(
+            response.status, response.headers, len(body), connection, self._configured
+        )
         if request.method == "HEAD" or not body:
             wire.write(head)
         else:

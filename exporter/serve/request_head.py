@@ -34,13 +34,15 @@ class BadRequest(ValueError):
 class RequestHead:
     """What the server uses of a request: `headers` has lower-case names, a repeated field's
     values joined with ", " (RFC 9110 §5.3); `keep_alive` whether the connection may serve
-    another request after this one; `has_body` whether a body follows (none is read)."""
+    another request after this one; `has_body` whether a body follows (none is read);
+    `http10` whether it is HTTP/1.0, whose keep-alive the answer must confirm."""
 
     method: str
     target: str
     headers: dict[str, str]
     keep_alive: bool
     has_body: bool
+    http10: bool = False
 
 
 def parse_head(head: bytes) -> RequestHead:
@@ -65,6 +67,7 @@ def parse_head(head: bytes) -> RequestHead:
         headers=headers,
         keep_alive=_keep_alive(headers.get("connection", ""), http11),
         has_body=_has_body(headers, http11),
+        http10=not http11,
     )
 
 

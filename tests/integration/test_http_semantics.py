@@ -309,3 +309,26 @@ def test_every_answer_of_the_app_carries_a_date(tmp_path: Path) -> None:
             assert date.endswith(" GMT") and len(date) == 29, date
             sent = email.utils.parsedate_to_datetime(date)
             assert abs((sent - datetime.now(UTC)).total_seconds()) < 60, date
+
+
+def test_an_http_1_0_client_asking_keep_alive_is_told_the_connection_stays(
+    tmp_path: Path,
+) -> None:
+    """RFC 9112 §9.3 / RFC 7230 A.1.2: HTTP/1.0 closes unless both sides say `keep-alive`, so
+    the answer to a 1.0 request asking for it must carry `Connection: keep-alive` (Go's does)
+    or the client closes; a 1.0 request without it is answered and closed."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port)
+        reader = Reader(sock)
+        for path in ("/healthz", "/metrics"):
+            sock.sendall(f"GET {path} HTTP/1.0\r\nConnection: keep-alive\r\n\r\n".encode())
+            answer = reader.response()
+            assert answer.status == 200
+            assert answer.headers["connection"].lower() == "keep-alive"
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = reader.response()
+        assert answer.body == b"ok\n" and "connection" not in answer.headers
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        answer = reader.response()
+        assert answer.headers["connection"].lower() == "close"
+        assert closed_by_peer(sock, 5.0)
