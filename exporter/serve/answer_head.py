@@ -3,9 +3,10 @@
 Every answer carries the same things, however it was made (the app's, or one refused below
 it): its status line, its own headers, Content-Length, `Connection: close` when the
 connection ends with it (`Connection: keep-alive` when an HTTP/1.0 client asked to keep it:
-1.0 closes unless both sides say so, RFC 9112 §9.3), and the web config's headers; never a `Server` header (Go's servers
-send none, aiohttp's named the Python and aiohttp versions). The app's answers carry `Date`
-(RFC 9110 §6.6.1, as Go's do); the refusals the listener renders once at start do not.
+1.0 closes unless both sides say so, RFC 9112 §9.3), and the web config's headers; never a
+`Server` header (Go's servers send none, aiohttp's named the Python and aiohttp versions).
+The app's answers carry `Date` (RFC 9110 §6.6.1, as Go's do); the refusals the listener
+renders once at start do not.
 """
 
 from __future__ import annotations
