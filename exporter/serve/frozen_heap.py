@@ -1,0 +1,59 @@
+"""The cluster process's garbage collector: young collections only, the rest frozen each cycle.
+
+A full collection holds the GIL while it walks every object it tracks. In the cluster view
+that was the scrape's worst wait: each cycle makes some 100,000 short-lived tracked objects
+(node checks, families' samples), CPython promotes them and runs a full collection about
+once a cycle, 12–40 ms of a core at 150,000 pods (measured with a `gc.callbacks` probe),
+and during a (re)list full collections of 50–120 ms ran in the watch thread as the heap grew.
+Every scrape that arrived then waited that long.
+
+So the cluster process never lets CPython start a full collection (`gc.set_threshold` with
+an unreachable third threshold); young collections still run as usual and catch the young
+cycles. At the end of each cycle the loop calls `after_cycle`: a young collection, then
+`gc.freeze()`, which moves everything alive into the permanent generation that no
+collection walks. Most of it (this cycle's families, checks, the view) is freed by reference
+counting a cycle later, frozen or not. What reference counting cannot free is garbage in
+cycles that formed after its objects were frozen; to bound it, a full collection (unfreeze,
+collect, freeze) runs when the frozen objects outnumber those after the last full one by
+`GROWTH` (CPython's own rule for its full collections: a quarter more), and after every
+(re)list, as before. Those are the only full collections: one after the list, while the
+old body is still served, and another only when the heap really grows.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Final
+
+GROWTH: Final = 0.25  # frozen objects above the last full collection's that start another
+NEVER: Final = 2**31 - 1  # a third threshold no count of young collections reaches
+
+
+class FrozenHeap:
+    """The policy above, for one process; `start` once, `after_cycle` from the thread that
+    runs the cycles (gc calls are process-wide, one thread makes them)."""
+
+    def __init__(self, growth: float = GROWTH) -> None:
+        self._growth = growth
+        self._baseline = 0  # frozen objects right after the last full collection
+        self.full_collections = 0
+
+    def start(self) -> None:
+        """Young collections as CPython's defaults; no automatic full collection."""
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, NEVER)
+
+    def after_cycle(self, relisted: bool) -> None:
+        """Collect the young, freeze what lives; a full collection first when `relisted` or
+        when the frozen objects grew by the growth factor (or on the first cycle)."""
+        frozen = gc.get_freeze_count()
+        if relisted or not self._baseline or frozen > self._baseline * (1 + self._growth):
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+            self._baseline = gc.get_freeze_count()
+            self.full_collections += 1
+            return
+        gc.collect(1)
+        gc.freeze()
+        self._baseline = min(self._baseline, max(1, frozen))

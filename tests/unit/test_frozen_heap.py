@@ -1,0 +1,100 @@
+"""The cluster process's collector policy: young collections and a freeze each cycle, a full
+collection only after a (re)list or when the frozen heap grows by a quarter."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from kube_gpu_exporter.exporter.serve.frozen_heap import NEVER, FrozenHeap
+
+
+class Node:
+    """A tracked object that can sit in a reference cycle and be watched by a weakref."""
+
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+@pytest.fixture(autouse=True)
+def restored() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def cycle_garbage() -> weakref.ref[Node]:
+    """A two-object cycle nothing else refers to; the weakref tells when it is collected."""
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def full_collections_during(action: object) -> int:
+    seen: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            seen.append(1)
+
+    gc.callbacks.append(note)
+    try:
+        action()  # type: ignore[operator]
+    finally:
+        gc.callbacks.remove(note)
+    return len(seen)
+
+
+def test_start_keeps_young_collections_and_stops_automatic_full_ones() -> None:
+    young, middle, _ = gc.get_threshold()
+    FrozenHeap().start()
+    assert gc.get_threshold() == (young, middle, NEVER)
+
+
+def test_the_first_cycle_collects_fully_and_freezes_what_lives() -> None:
+    heap = FrozenHeap()
+    dead = cycle_garbage()
+    alive = Node()
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1
+    assert dead() is None
+    assert not any(o is alive for o in gc.get_objects())  # frozen: no collection walks it
+    assert gc.get_freeze_count() > 0
+
+
+def test_later_cycles_collect_only_the_young_and_freeze_again() -> None:
+    heap = FrozenHeap()
+    heap.after_cycle(relisted=False)
+    young_garbage = cycle_garbage()  # made this cycle: a young collection finds it
+    made = Node()
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
+    assert young_garbage() is None
+    assert not any(o is made for o in gc.get_objects())
+
+
+def test_a_relist_collects_fully() -> None:
+    heap = FrozenHeap()
+    heap.after_cycle(relisted=False)
+    assert full_collections_during(lambda: heap.after_cycle(relisted=True)) == 1
+    assert heap.full_collections == 2
+
+
+def test_garbage_frozen_in_a_cycle_is_collected_once_the_heap_grows_a_quarter() -> None:
+    heap = FrozenHeap()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    heap.after_cycle(relisted=False)  # a and b are alive, and frozen
+    leaked = weakref.ref(a)
+    del a, b  # now garbage in a cycle, frozen: reference counting cannot free it
+    heap.after_cycle(relisted=False)
+    assert leaked() is not None  # no growth: no full collection
+    baseline = gc.get_freeze_count()
+    grown = [Node() for _ in range(baseline // 4 + 100)]
+    heap.after_cycle(relisted=False)  # freezes the growth
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1
+    assert leaked() is None
+    assert len(grown) > 0
