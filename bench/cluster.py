@@ -12,7 +12,8 @@ a user runs it, with a kubeconfig for that server, and lists everything in pages
 3. its CPU seconds per second under churn, scraped once a second as Prometheus would;
 4. /metrics latency as Prometheus sees it (bench/scrape_client.py, a process of its own), the
    cluster idle and under churn, scrapes overlapping a view cycle told apart; and under
-   churn `wrk -t2 -c16`, plain and gzip;
+   churn `wrk -t2 -c16`, plain and gzip, then the same against Go's net/http serving the
+   bytes ours just served (bench/reference.py), the churn still running;
 5. the view's build duration (`kube_gpu_cluster_build_duration_seconds`), per 1,000 pods.
 
 Figures are reported beside their targets, never asserted: the exit status is non-zero only
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import procs
+import reference
 import wrk
 from cluster_churn import Churn
 from cluster_fleet import Fleet, build
@@ -186,7 +188,12 @@ class PageLog:
 
 
 def measure(
-    server: procs.Server, pages: PageLog, started: float, churn: Churn, interval_s: float
+    server: procs.Server,
+    pages: PageLog,
+    started: float,
+    churn: Churn,
+    interval_s: float,
+    work: Path,
 ) -> Process:
     """The process from its start: the first complete metrics, then the churn window."""
     pid = server.proc.pid
@@ -210,7 +217,7 @@ def measure(
     cpu_idle, began = procs.cpu_seconds(pid), time.monotonic()
     idle = scrape_apart(server.port, interval_s)
     idle_cpu_per_s = (procs.cpu_seconds(pid) - cpu_idle) / (time.monotonic() - began)
-    window = under_churn(server, churn, interval_s)
+    window = under_churn(server, churn, interval_s, work)
     after = after_churn(server)
     rss_end, hwm_end = memory(pid)
     return Process(
@@ -235,10 +242,12 @@ def measure(
     )
 
 
-def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
-    """Five view intervals of churn, each phase whole intervals so that each holds its share
+def under_churn(server: procs.Server, churn: Churn, interval: float, work: Path) -> Window:
+    """Seven view intervals of churn, each phase whole intervals so that each holds its share
     of builds: two with a scrape a second only (CPU), one with a Prometheus-like scraper
-    (latency as Prometheus sees it), then wrk plain and wrk gzip for one each."""
+    (latency as Prometheus sees it), then wrk plain and wrk gzip for one each, then the same
+    two against the reference server with the bytes ours served just before (the machine's
+    share of wrk's figures; the churn, the test server and our process go on meanwhile)."""
     pid = server.proc.pid
     say(f"churn; for {2 * interval:g} s a scrape a second only (CPU)")
     churn.start()
@@ -255,6 +264,11 @@ def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
     gzip = wrk.run(server.metrics_url, scrape_load(interval), wrk.GZIP_HEADERS)
     cpu_wrk = procs.cpu_seconds(pid) - cpu_start
     wrk_s = time.monotonic() - began
+    captured = reference.capture(server.metrics_url)
+    with reference.serving(captured, work) as peer:
+        say(f"wrk -t2 -c16 against Go's net/http with the same bytes ({peer.url}), plain then gzip")
+        peer_plain = wrk.run(peer.metrics_url, scrape_load(interval))
+        peer_gzip = wrk.run(peer.metrics_url, scrape_load(interval), wrk.GZIP_HEADERS)
     return Window(
         churn=churn.stop(),
         samples=sampler.stop(),
@@ -264,6 +278,8 @@ def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
         plain=plain,
         gzip=gzip,
         wrk_cpu_per_s=cpu_wrk / wrk_s,
+        reference_plain=peer_plain,
+        reference_gzip=peer_gzip,
     )
 
 
@@ -289,6 +305,7 @@ def after_churn(server: procs.Server) -> After:
 
 
 def run(args: argparse.Namespace, work: Path) -> Figures:
+    reference.binary(say)  # built (or found) before anything else: Go missing fails at once
     gc.disable()
     began = time.monotonic()
     fleet = build(args.scale)
@@ -316,7 +333,7 @@ def run(args: argparse.Namespace, work: Path) -> Figures:
             argv = command(kubeconfig, port, args.interval)
             with procs.running("cluster", argv, port, {}, work, "/healthz") as server:
                 log = PageLog(api, None if args.direct else front)
-                process = measure(server, log, started, churn, args.interval)
+                process = measure(server, log, started, churn, args.interval, work)
     return Figures(
         nodes=counts[0],
         pods=counts[1],

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cycles import CpuPerCycle, RssTrack
+from reference_report import LABEL, ratios, target_line
 from wrk import Load, WrkResult
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class Results:
     ours_stalled: PlainAndGzip
     stall: Stall
     theirs: PlainAndGzip
+    reference: PlainAndGzip  # Go's net/http serving the bytes `ours` served, right after
     idle: IdleExporter
     exporter_rss_ready: int  # VmRSS of the exporter subprocess once ready
     exporter_rss_end: int  # ... and after all its scrape runs
@@ -174,6 +176,7 @@ def scrape_table(r: Results) -> list[str]:
                 True,
             ),
             ("prometheus-client `start_http_server`", r.theirs, False),
+            (LABEL, r.reference, True),
         ]
     )
 
@@ -208,6 +211,16 @@ def ratio_table(r: Results) -> list[str]:
             f"{_ratio(ours.requests_per_second, theirs.requests_per_second)} |"
         )
     return lines
+
+
+def reference_table(r: Results) -> list[str]:
+    """Ours ÷ Go's net/http serving the same bytes: what our server adds to the machine's
+    own cost; and the target judged against both."""
+    pairs = [("plain", r.ours.plain, r.reference.plain), ("gzip", r.ours.gzip, r.reference.gzip)]
+    lines = ["| encoding | p50 ours/reference | p99 ours/reference | req/s ours/reference |"]
+    lines.append("|---|---:|---:|---:|")
+    lines += [f"| {name} | {' | '.join(ratios(ours, ref))} |" for name, ours, ref in pairs]
+    return [*lines, "", target_line(P99_TARGET_MS, pairs)]
 
 
 def _share_row(what: str, share: float) -> str:
@@ -354,6 +367,11 @@ def render(r: Results, when: str) -> str:
         "for req/s):",
         "",
         *ratio_table(r),
+        "",
+        "Ours relative to the reference: Go's net/http (as node_exporter serves) sending the "
+        "bytes ours served just before, to the same wrk load in the same run:",
+        "",
+        *reference_table(r),
         "",
         "### CPU",
         "",

@@ -6,7 +6,7 @@ attribution off; steps 6-8 (pod attribution) add a ninth GPU shared by ten time-
 66 pods. In order:
 
 1. the exporter subprocess idle (CPU per cycle from /proc), then scraped by wrk, plain and
-   gzip;
+   gzip, then the same against Go's net/http serving the bytes it served (bench/reference.py);
 2. the same scrapes while every NVML call sleeps 2 s (collection stalled);
 3. prometheus-client's `start_http_server` over the same snapshot, scraped the same way;
 4. CPU per `CollectionLoop.cycle()` in this process;
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import procs
+import reference
 import wrk
 from cycles import CpuPerCycle, CycleBench, RssTrack
 from errors import BenchError
@@ -209,6 +210,7 @@ class ExporterRun:
     stall: Stall
     rss_ready: int
     rss_end: int
+    reference: PlainAndGzip  # Go's net/http serving the bytes the exporter served
 
 
 def bench_exporter(
@@ -224,9 +226,12 @@ def bench_exporter(
         series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
         idle = measure_idle(server, settings.idle_s)
         ours = scrape_both(server.metrics_url, settings.load, "exporter")
+        captured = reference.capture(server.metrics_url)
+        with reference.serving(captured, work_dir) as peer:
+            same = scrape_both(peer.metrics_url, settings.load, "Go net/http, the same bytes")
         stalled, stall = measure_stalled(server, node, scenario, settings)
         rss_end = procs.rss_bytes(server.proc.pid)
-    return ExporterRun(series, idle, ours, stalled, stall, rss_ready, rss_end)
+    return ExporterRun(series, idle, ours, stalled, stall, rss_ready, rss_end, same)
 
 
 def bench_client(node: FakeNode, settings: Settings, work_dir: Path) -> PlainAndGzip:
@@ -356,6 +361,7 @@ def bench_attribution(
 
 def run(settings: Settings) -> Results:
     wrk.wrk_path()  # fail before building anything
+    reference.binary(say)  # ... Go included
     scenario = node_scenario()
     with tempfile.TemporaryDirectory(prefix="kge-bench-") as tmp:
         work_dir = Path(tmp)
@@ -376,6 +382,7 @@ def run(settings: Settings) -> Results:
         ours_stalled=exporter.stalled,
         stall=exporter.stall,
         theirs=theirs,
+        reference=exporter.reference,
         idle=exporter.idle,
         exporter_rss_ready=exporter.rss_ready,
         exporter_rss_end=exporter.rss_end,
