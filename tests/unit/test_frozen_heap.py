@@ -3,12 +3,16 @@ collection only after a (re)list or when the frozen heap grows by a quarter."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import sys
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
+from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
+from kube_gpu_exporter.exporter.serve.cluster_loop import SWITCH_INTERVAL_S, ClusterLoop
 from kube_gpu_exporter.exporter.serve.frozen_heap import NEVER, FrozenHeap
 
 
@@ -98,3 +102,26 @@ def test_garbage_frozen_in_a_cycle_is_collected_once_the_heap_grows_a_quarter() 
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1
     assert leaked() is None
     assert len(grown) > 0
+
+
+def test_the_cluster_loop_sets_the_collector_and_the_gil_switch_when_it_starts() -> None:
+    """What a scrape waits for while a cycle runs: no automatic full collection, and the GIL
+    handed over after 1 ms rather than CPython's 5."""
+
+    class NotListed:
+        listed = False
+        lists = 0
+
+    switch = sys.getswitchinterval()
+
+    async def started() -> None:
+        loop = ClusterLoop(NotListed(), DEFAULT_SETTINGS, 15.0)  # type: ignore[arg-type]
+        loop.start()
+        await loop.stop()
+
+    try:
+        asyncio.run(started())
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        assert gc.get_threshold()[2] == NEVER
+    finally:
+        sys.setswitchinterval(switch)
