@@ -11,6 +11,8 @@ the exporter makes:
 - a watch (`watch=true&resourceVersion=N`) → a chunked stream of newline-delimited events
   (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) from N on, ended after `timeoutSeconds` (with a
   bookmark first when `allowWatchBookmarks=true`), by `end_watches()`, or when the client goes;
+  with a field selector, an object entering the selection comes as ADDED and one leaving it
+  as DELETED (the watch cache's way: a pod that finishes leaves a `status.phase!=…` watch);
 - a watch from a resourceVersion older than the retained history → 410 Gone, as an ERROR event
   in a 200 stream (what the watch cache does) or as an HTTP 410 Status (the other form clients
   meet), chosen by `expire(form)`.
@@ -198,10 +200,11 @@ class _Handler(BaseHTTPRequestHandler):
                         pending = [e for e in api._history if e[0] > sent]
                     pending = [e for e in pending if e[1] == resource]
                     ended, expired = api._ends != ends, api._expiries != expiries
-                for version, _, kind, obj in pending:
+                for version, _, kind, obj, previous in pending:
                     sent = version
-                    if _wanted(obj, selector, namespace):
-                        self._event(kind, obj)
+                    event = _selected_event(kind, obj, previous, version, selector, namespace)
+                    if event is not None:
+                        self._event(*event)
                 if expired:  # no bookmark: the client must come back with its old version
                     if api._gone_form == "event":
                         self._gone(params)
@@ -246,6 +249,30 @@ class _Handler(BaseHTTPRequestHandler):
             return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
+
+
+def _selected_event(
+    kind: str,
+    obj: dict[str, Any],
+    previous: dict[str, Any] | None,
+    version: int,
+    selector: str,
+    namespace: str | None,
+) -> tuple[str, dict[str, Any]] | None:
+    """A change as a watch with `selector` sees it, as kube-apiserver's watch cache makes
+    it (cacher's convertToWatchEvent): an object that enters the selection is ADDED, one
+    that leaves it DELETED with its content as last selected at the change's version, one
+    never selected is not sent."""
+    now = kind != "DELETED" and _wanted(obj, selector, namespace)
+    before = previous is not None and _wanted(previous, selector, namespace)
+    if now:
+        return ("MODIFIED" if before else "ADDED"), obj
+    if before:
+        assert previous is not None
+        gone = json.loads(json.dumps(previous))
+        gone["metadata"]["resourceVersion"] = str(version)
+        return "DELETED", gone
+    return None
 
 
 def _wanted(obj: Mapping[str, Any], selector: str, namespace: str | None) -> bool:

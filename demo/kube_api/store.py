@@ -59,7 +59,8 @@ class Store:
         self._oldest = 0  # watches from an older resourceVersion get 410
         self._gone_form: Literal["event", "http"] = "event"
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in KINDS}
-        self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # version, resource, …
+        # version, resource, type, the object now, the object before (None when added)
+        self._history: list[tuple[int, str, str, dict[str, Any], dict[str, Any] | None]] = []
         self._ends = 0  # bumped by end_watches()
         self._expiries = 0  # bumped by expire()
         self._fail: dict[str, list[int]] = {r: [] for r in KINDS}
@@ -107,13 +108,14 @@ class Store:
         key = (meta.get("namespace", ""), meta["name"])
         with self._cond:
             objects = self._objects[resource]
-            kind = "MODIFIED" if key in objects else "ADDED"
+            previous = objects.get(key)
+            kind = "ADDED" if previous is None else "MODIFIED"
             self._version += 1
             stored = json.loads(json.dumps(obj))
             stored["metadata"]["resourceVersion"] = str(self._version)
             objects[key] = stored
             if notify:
-                self._history.append((self._version, resource, kind, stored))
+                self._history.append((self._version, resource, kind, stored, previous))
             self._cond.notify_all()
             return self._version
 
@@ -124,7 +126,7 @@ class Store:
             gone = json.loads(json.dumps(obj))
             gone["metadata"]["resourceVersion"] = str(self._version)
             if notify:
-                self._history.append((self._version, resource, "DELETED", gone))
+                self._history.append((self._version, resource, "DELETED", gone, obj))
             self._cond.notify_all()
 
     # --- faults ----------------------------------------------------------------------------
