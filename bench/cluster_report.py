@@ -69,12 +69,22 @@ class Window:
 
 
 @dataclass(frozen=True)
-class After:
-    """The first view built after the churn: when, and what it held."""
+class View:
+    """A view built after the churn: when, and what it held."""
 
     seconds: float  # after the churn stopped
     pods: int
     allocated: int  # nvidia.com/gpu allocated over every node
+
+
+@dataclass(frozen=True)
+class After:
+    """The first view built wholly after the churn, and, when it did not hold what the server
+    holds, the first later one that did (None: none of `views` did, an event was lost)."""
+
+    first: View
+    agreed: View | None
+    views: int  # views read
 
 
 @dataclass(frozen=True)
@@ -297,17 +307,31 @@ def _churn_line(f: Figures) -> str:
     p, c = f.process, f.process.window.churn
     a = p.after
     churned = sum(c.done.values())
-    consistent = a.pods == p.expected_pods and a.allocated == p.expected_allocated
     return (
         f"Churn: {churned:,} changes in {c.seconds:.0f} s ({churned / c.seconds:.1f}/s, asked "
         f"{f.rate:g}/s): " + ", ".join(f"{name} {n}" for name, n in c.done.items()) + "; the "
         f"furthest a change started behind schedule {_ms(c.late_max_s)}, the slowest change at "
         f"the test server {_ms(c.put_max_s)}. The first view built wholly after it "
-        f"({a.seconds:.1f} s later) held {a.pods:,} pods and {a.allocated:,} allocated "
-        f"`nvidia.com/gpu`; the server held {p.expected_pods:,} pods, and the GPUs were "
-        f"{p.allocated_first:,} at the first metrics + {p.expected_allocated - p.allocated_first}"
-        f" the churn left bound: {'no watch event lost' if consistent else '**events lost**'}."
+        f"({a.first.seconds:.1f} s later) held {a.first.pods:,} pods and "
+        f"{a.first.allocated:,} allocated `nvidia.com/gpu`; the server held "
+        f"{p.expected_pods:,} pods, and the GPUs were {p.allocated_first:,} at the first "
+        f"metrics + {p.expected_allocated - p.allocated_first} the churn left bound: "
+        + agreement(a, p.expected_pods, p.expected_allocated)
+        + "."
     )
+
+
+def agreement(a: After, pods: int, gpus: int) -> str:
+    """Whether the views after the churn came to hold what the server holds."""
+    if a.agreed is a.first:
+        return "no watch event lost"
+    if a.agreed is not None:
+        return (
+            f"events were still on their way; the view {a.agreed.seconds:.1f} s after the "
+            f"stop (the {a.views}th read) held {a.agreed.pods:,} pods and "
+            f"{a.agreed.allocated:,} GPUs: no watch event lost"
+        )
+    return f"**events lost**: {a.views} views read, none held {pods:,} pods and {gpus:,} GPUs"
 
 
 def _pending_line(f: Figures) -> str:
