@@ -53,7 +53,7 @@ from cluster_report import (
 from errors import BenchError
 from list_front import ListFront
 from report import load_average, machine, update_readme
-from scrape_client import BUILD, scrape_apart
+from scrape_client import BUILD, ScrapeLog, scrape_apart
 
 from kube_gpu_exporter.demo.kube_api import PODS_PATH, KubeApiServer, write_kubeconfig
 from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
@@ -235,10 +235,20 @@ def measure(
     )
 
 
-def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
-    """Five view intervals of churn, each phase whole intervals so that each holds its share
-    of builds: two with a scrape a second only (CPU), one with a Prometheus-like scraper
-    (latency as Prometheus sees it), then wrk plain and wrk gzip for one each."""
+@dataclass(frozen=True)
+class Churned:
+    """The churn's first three view intervals: CPU with a scrape a second, then the scraper."""
+
+    sampler: Sampler  # still sampling: stopped by the caller with the churn
+    quiet_cpu_per_s: float
+    quiet_s: float
+    scraper: ScrapeLog
+
+
+def churn_scraped(server: procs.Server, churn: Churn, interval: float) -> Churned:
+    """The churn started, two view intervals with a scrape a second only (the process's CPU),
+    then one with a Prometheus-like scraper (latency as Prometheus sees it); whole intervals,
+    so that each holds its share of builds. The churn goes on."""
     pid = server.proc.pid
     say(f"churn; for {2 * interval:g} s a scrape a second only (CPU)")
     churn.start()
@@ -249,6 +259,14 @@ def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
     quiet_s = time.monotonic() - began
     say(f"a scrape every 50 ms, gzip, for {interval:g} s")
     scraper = scrape_apart(server.port, interval)
+    return Churned(sampler, cpu_quiet / quiet_s, quiet_s, scraper)
+
+
+def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
+    """Five view intervals of churn: churn_scraped's three, then wrk plain and wrk gzip for
+    one each."""
+    pid = server.proc.pid
+    churned = churn_scraped(server, churn, interval)
     say("wrk -t2 -c16, plain then gzip")
     cpu_start, began = procs.cpu_seconds(pid), time.monotonic()
     plain = wrk.run(server.metrics_url, scrape_load(interval))
@@ -257,10 +275,10 @@ def under_churn(server: procs.Server, churn: Churn, interval: float) -> Window:
     wrk_s = time.monotonic() - began
     return Window(
         churn=churn.stop(),
-        samples=sampler.stop(),
-        quiet_cpu_per_s=cpu_quiet / quiet_s,
-        quiet_s=quiet_s,
-        scraper=scraper,
+        samples=churned.sampler.stop(),
+        quiet_cpu_per_s=churned.quiet_cpu_per_s,
+        quiet_s=churned.quiet_s,
+        scraper=churned.scraper,
         plain=plain,
         gzip=gzip,
         wrk_cpu_per_s=cpu_wrk / wrk_s,
