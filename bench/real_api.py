@@ -26,6 +26,8 @@ import json
 import sys
 import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,19 +124,33 @@ class RealTarget:
         self._sent: dict[str, _Sent] = {}
         self.deleted: deque[str] = deque(maxlen=KEPT_DELETES)
         self.calls = 0
+        self.failure = ""  # the first change that failed, and why
 
     def put(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        self._put(f"/api/v1/namespaces/{meta['namespace']}/pods", pod)
+        with self._kept():
+            self._put(f"/api/v1/namespaces/{meta['namespace']}/pods", pod)
 
     def put_node(self, node: dict[str, Any]) -> None:
-        self._put("/api/v1/nodes", node)
+        with self._kept():
+            self._put("/api/v1/nodes", node)
 
     def delete(self, namespace: str, name: str) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        self._call("DELETE", path, DELETE_NOW)
+        with self._kept():
+            self._call("DELETE", path, DELETE_NOW)
         self._sent.pop(path, None)
         self.deleted.append(path)
+
+    @contextmanager
+    def _kept(self) -> Iterator[None]:
+        """The first failure kept for the bench to raise: the churn's thread ends on it, and
+        nothing else would tell that the churn stopped early."""
+        try:
+            yield
+        except Exception as error:
+            self.failure = self.failure or f"{type(error).__name__}: {error}"
+            raise
 
     def still_there(self) -> list[str]:
         """The last pods deleted that the server still has (a GET not 404)."""
