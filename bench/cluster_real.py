@@ -22,9 +22,9 @@ limits of 5,000 nodes and 150,000 pods) is in a real etcd + kube-apiserver
 Figures are reported beside their targets, never asserted. Usage:
     bench/cluster_real.py [--scale 1] [--rate 50] [--interval 15] [--readme]
 
-The first run of a scale seeds (at `--scale 3` some thirteen minutes on the bench's two-core
-machine); later runs start from the cache in about a minute. `--scale 0.2` (400 nodes,
-10,000 pods) seeds in under one.
+The first run of a scale seeds (at `--scale 3` 13 to 24 minutes on the bench's two-core
+machine, as loaded); later runs have the API server ready on the cached copy in about 35 s.
+`--scale 0.2` (400 nodes, 10,000 pods) seeds in a minute or two.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The bench's fleet in a real etcd, created once through the API and then kept.
 
 Creating 150,000 pods through the real kube-apiserver (a create and a status update each,
-sixteen connections) takes the two-core machine some thirteen minutes; starting an API
-server on an etcd that already holds them takes well under one. So the first run seeds: it
+sixteen connections) takes the two-core machine 13 to 24 minutes; starting an API server on
+an etcd that already holds them, about 35 seconds. So the first run seeds: it
 creates the fleet through the API as a cluster's clients would, compacts etcd to the last
 revision and defragments it (the create-then-status history is half the database), stops
 the API server and etcd cleanly, and keeps etcd's data directory in
