@@ -239,6 +239,7 @@ def run(args: argparse.Namespace, work: Path) -> Result:
         churn = Churn(target, fleet, args.rate)
         fleet.pods.clear()  # the server holds them; the churn keeps what it needs
         gc.collect()
+        gc.freeze()  # what is left lives to the end: no full collection walks it under churn
         port = procs.free_port()
         started = time.monotonic()
         argv = command(plane.kubeconfig, port, args.interval)
