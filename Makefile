@@ -123,7 +123,7 @@ bench: $(STAMP)
 	cd bench && ../$(PY) series_cost.py
 	$(PY) bench/cluster_decode.py --scale 3
 	$(PY) bench/cluster_incremental.py
-	$(PY) bench/cluster_real.py --readme
+	$(PY) bench/cluster_real.py --scale 3 --rate 100 --readme
 
 # Regenerate the kubelet pod-resources stubs from exporter/kubelet/v1/api.proto.
 proto: $(STAMP)

@@ -56,7 +56,7 @@ from cluster_report import (
 from errors import BenchError
 from list_front import ListFront
 from report import load_average, machine, update_readme
-from scrape_client import BUILD, scrape_apart
+from scrape_client import BUILD, ScrapeLog, scrape_apart
 
 from kube_gpu_exporter.demo.kube_api import PODS_PATH, KubeApiServer, write_kubeconfig
 from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
@@ -244,12 +244,20 @@ def measure(
     )
 
 
-def under_churn(server: procs.Server, churn: Churn, interval: float, work: Path) -> Window:
-    """Seven view intervals of churn, each phase whole intervals so that each holds its share
-    of builds: two with a scrape a second only (CPU), one with a Prometheus-like scraper
-    (latency as Prometheus sees it), then wrk plain and wrk gzip for one each, then the same
-    two against the reference server with the bytes ours served just before (the machine's
-    share of wrk's figures; the churn, the test server and our process go on meanwhile)."""
+@dataclass(frozen=True)
+class Churned:
+    """The churn's first three view intervals: CPU with a scrape a second, then the scraper."""
+
+    sampler: Sampler  # still sampling: stopped by the caller with the churn
+    quiet_cpu_per_s: float
+    quiet_s: float
+    scraper: ScrapeLog
+
+
+def churn_scraped(server: procs.Server, churn: Churn, interval: float) -> Churned:
+    """The churn started, two view intervals with a scrape a second only (the process's CPU),
+    then one with a Prometheus-like scraper (latency as Prometheus sees it); whole intervals,
+    so that each holds its share of builds. The churn goes on."""
     pid = server.proc.pid
     say(f"churn; for {2 * interval:g} s a scrape a second only (CPU)")
     churn.start()
@@ -260,6 +268,16 @@ def under_churn(server: procs.Server, churn: Churn, interval: float, work: Path)
     quiet_s = time.monotonic() - began
     say(f"a scrape every 50 ms, gzip, for {interval:g} s")
     scraper = scrape_apart(server.port, interval)
+    return Churned(sampler, cpu_quiet / quiet_s, quiet_s, scraper)
+
+
+def under_churn(server: procs.Server, churn: Churn, interval: float, work: Path) -> Window:
+    """Seven view intervals of churn: churn_scraped's three, then wrk plain and wrk gzip for
+    one each, then the same two against the reference server with the bytes ours served
+    just before (the machine's share of wrk's figures; the churn, the test server and our
+    process go on meanwhile)."""
+    pid = server.proc.pid
+    churned = churn_scraped(server, churn, interval)
     say("wrk -t2 -c16, plain then gzip")
     cpu_start, began = procs.cpu_seconds(pid), time.monotonic()
     plain = wrk.run(server.metrics_url, scrape_load(interval))
@@ -273,10 +291,10 @@ def under_churn(server: procs.Server, churn: Churn, interval: float, work: Path)
         peer_gzip = wrk.run(peer.metrics_url, scrape_load(interval), wrk.GZIP_HEADERS)
     return Window(
         churn=churn.stop(),
-        samples=sampler.stop(),
-        quiet_cpu_per_s=cpu_quiet / quiet_s,
-        quiet_s=quiet_s,
-        scraper=scraper,
+        samples=churned.sampler.stop(),
+        quiet_cpu_per_s=churned.quiet_cpu_per_s,
+        quiet_s=churned.quiet_s,
+        scraper=churned.scraper,
         plain=plain,
         gzip=gzip,
         wrk_cpu_per_s=cpu_wrk / wrk_s,
@@ -296,8 +314,8 @@ def after_churn(server: procs.Server, pods: int, gpus: int) -> After:
     build time plus RENDER_MARGIN_S after it (the view is read at the start of a cycle).
     When it does not hold `pods` pods and `gpus` allocated GPUs, the views after it are read
     too, up to AGREE_VIEWS in all: an event still on its way (the test server shares this
-    process's GIL with the churn and may be seconds behind) reaches a later view, a lost
-    one never does."""
+    process's GIL with the churn and may be seconds behind; the real one queues them under
+    load) reaches a later view, a lost one never does."""
     stopped = time.monotonic()
     last = value(procs.http_text(server.metrics_url), BUILD)
     first: View | None = None

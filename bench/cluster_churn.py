@@ -1,11 +1,12 @@
 """Changes to the bench's cluster at a steady rate, as a busy cluster sees them.
 
-Each second runs the same 50-step mix through the test API server's hooks (each a watch
-event): 10 pods created (bound, still `Pending` while their containers start), 10 of them
-turned `Running`, 10 old pods deleted; 4 GPU pods created pending (1 H100 each, about to be
-scheduled), 4 bound to an H100 node's free GPU, 4 bound ones deleted (their GPU freed); 4 node
-label flips and 4 Ready-condition flips among a few nodes. Creates and deletes balance, so the
-number of active pods stays where it was (`expected_pods` follows it exactly).
+Each second runs the same 50-step mix through a `Target`: the test API server's hooks (each a
+watch event, bench/cluster.py) or the real API server's calls (bench/real_api.py, for
+bench/cluster_real.py): 10 pods created (bound, still `Pending` while their containers start),
+10 of them turned `Running`, 10 old pods deleted; 4 GPU pods created pending (1 H100 each,
+about to be scheduled), 4 bound to an H100 node's free GPU, 4 bound ones deleted (their GPU
+freed); 4 node label flips and 4 Ready-condition flips among a few nodes. Creates and deletes
+balance, so the number of active pods stays where it was (`expected_pods` follows it exactly).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cluster_fleet import Fleet, cpu_pod, gpu_pod, running_status
 
 from cluster_objects import H100, PRODUCT
-from kube_gpu_exporter.demo.kube_api import KubeApiServer
 
 MIX: tuple[tuple[str, int], ...] = (
     ("create", 10),
@@ -38,18 +38,29 @@ FLIPPED_NODES = 16  # the nodes whose label and Ready condition flip back and fo
 BOUND_BACKLOG = 8  # the churn's GPU pods stay bound until this many more are (the last stay)
 
 
+class Target(Protocol):
+    """Where the changes go: each call makes the server hold the object as given (created or
+    updated), or no longer hold the pod."""
+
+    def put(self, pod: dict[str, Any]) -> object: ...
+
+    def delete(self, namespace: str, name: str) -> object: ...
+
+    def put_node(self, node: dict[str, Any]) -> object: ...
+
+
 @dataclass(frozen=True)
 class ChurnResult:
     seconds: float
     done: dict[str, int]  # step → times it changed something
     late_max_s: float  # the furthest a step started behind its schedule
-    put_max_s: float  # the slowest single change at the API server (hook call)
+    put_max_s: float  # the slowest single change at the API server (a Target call)
 
 
 class Churn:
     """Runs the mix in a thread at `rate` changes a second until `stop()`."""
 
-    def __init__(self, api: KubeApiServer, fleet: Fleet, rate: float) -> None:
+    def __init__(self, api: Target, fleet: Fleet, rate: float) -> None:
         self._api, self._rate = api, rate
         self.expected_pods = len(fleet.pods)
         self._old = deque(

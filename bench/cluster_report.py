@@ -157,23 +157,28 @@ def pending_by_reason(text: str) -> dict[str, int]:
 
 def builds_under_churn(p: Process) -> list[float]:
     """Each build's duration once (the gauge changes with every build), the first left out."""
-    seen, last = [], p.first_build_s
-    for sample in p.window.samples:
+    return builds_seen(p.first_build_s, p.window.samples)
+
+
+def builds_seen(first_build_s: float, samples: list[Sample]) -> list[float]:
+    """Each build's duration once, as the samples saw the gauge change after the first."""
+    seen, last = [], first_build_s
+    for sample in samples:
         if sample.build_s != last:
             seen.append(sample.build_s)
             last = sample.build_s
     return seen
 
 
-def _verdict(ok: bool) -> str:
+def verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-def _mib(value: float) -> str:
+def mib(value: float) -> str:
     return f"{value / MIB:.1f} MiB"
 
 
-def _ms(seconds: float) -> str:
+def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
@@ -183,18 +188,18 @@ def _start_rows(f: Figures) -> list[str]:
     complete = all(p.watched.get(k) == v for k, v in expected.items())
     served = "the test API server" if f.direct else "`list_front.py`"
     builds = builds_under_churn(p)
-    under = f"{_ms(statistics.fmean(builds))} / {_ms(max(builds))}" if builds else "none seen"
+    under = f"{ms(statistics.fmean(builds))} / {ms(max(builds))}" if builds else "none seen"
     return [
         f"| start → first complete metrics (`/readyz` 200) | {p.ready_s:.1f} s | |",
         f"| … the pod list in it ({listing.pages} pages of 500 from {served}): first and last "
         f"page asked at | +{listing.began_s:.1f} s, +{listing.began_s + listing.took_s:.1f} s | |",
         f"| … the process's CPU by then | {p.cpu_ready_s:.1f} s | |",
         "| the test API server's own time per page (three pages alone), × the pages | "
-        f"{_ms(f.page_s)}, ~{f.page_s * listing.pages:.0f} s | |",
+        f"{ms(f.page_s)}, ~{f.page_s * listing.pages:.0f} s | |",
         f"| watched objects at the first metrics: nodes / pods / quotas | "
         f"{p.watched['nodes']:,} / {p.watched['pods']:,} / {p.watched['resourcequotas']} | "
-        f"all ({f.nodes:,} / {f.pods:,} / {f.quotas}): {_verdict(complete)} |",
-        f"| first build of the view; per 1,000 pods | {_ms(p.first_build_s)}; "
+        f"all ({f.nodes:,} / {f.pods:,} / {f.quotas}): {verdict(complete)} |",
+        f"| first build of the view; per 1,000 pods | {ms(p.first_build_s)}; "
         f"{p.first_build_s * 1e6 / f.pods:.1f} ms | |",
         f"| builds under churn ({len(builds)}): mean / max | {under} | |",
     ]
@@ -205,13 +210,13 @@ def _memory_rows(f: Figures) -> list[str]:
     held = (p.rss_ready - f.empty_rss) / (p.watched["pods"] + p.watched["nodes"])
     rss = [s.rss for s in p.window.samples] or [p.rss_end]
     return [
-        f"| VmRSS at the first metrics (VmHWM so far) | {_mib(p.rss_ready)} "
-        f"({_mib(p.hwm_ready)}) | < 300 MiB: {_verdict(p.hwm_ready < RSS_TARGET)} |",
-        f"| VmRSS under churn, once a second: median / max | {_mib(statistics.median(rss))}"
-        f" / {_mib(max(rss))} | < 300 MiB: {_verdict(max(rss) < RSS_TARGET)} |",
-        f"| VmRSS at the end; VmHWM over the whole run | {_mib(p.rss_end)}; "
-        f"{_mib(p.hwm_end)} | < 300 MiB: {_verdict(p.hwm_end < RSS_TARGET)} |",
-        f"| the same process on an empty cluster, ready | {_mib(f.empty_rss)} | |",
+        f"| VmRSS at the first metrics (VmHWM so far) | {mib(p.rss_ready)} "
+        f"({mib(p.hwm_ready)}) | < 300 MiB: {verdict(p.hwm_ready < RSS_TARGET)} |",
+        f"| VmRSS under churn, once a second: median / max | {mib(statistics.median(rss))}"
+        f" / {mib(max(rss))} | < 300 MiB: {verdict(max(rss) < RSS_TARGET)} |",
+        f"| VmRSS at the end; VmHWM over the whole run | {mib(p.rss_end)}; "
+        f"{mib(p.hwm_end)} | < 300 MiB: {verdict(p.hwm_end < RSS_TARGET)} |",
+        f"| the same process on an empty cluster, ready | {mib(f.empty_rss)} | |",
         f"| held per object (pods and nodes) above the empty one | {held:,.0f} bytes | |",
         f"| VmRSS at the first metrics ÷ the pods' JSON | {p.rss_ready / f.raw_json:.2f} | |",
     ]
@@ -233,7 +238,7 @@ def _wrk_row(what: str, encoding: str, r: WrkResult, body: int) -> str:
     return (
         f"| {what} | {encoding} | {r.p50_ms:.2f} ms | {r.p99_ms:.2f} ms | "
         f"{r.requests_per_second:,.0f} | {body / 1024:.1f} KiB | {errors} | "
-        f"{_verdict(r.p99_ms < P99_TARGET_MS)} |"
+        f"{verdict(r.p99_ms < P99_TARGET_MS)} |"
     )
 
 
@@ -250,13 +255,13 @@ def _scraper_row(what: str, scrapes: Scrapes) -> str:
     return (
         f"| {what} | {total} | {scrapes.percentile(0.5):.2f} ms | {p99:.2f} ms | "
         f"{max(scrapes.latencies_ms):.0f} ms | {total - scrapes.statuses[200]} | "
-        f"{_verdict(p99 < P99_TARGET_MS)} |"
+        f"{verdict(p99 < P99_TARGET_MS)} |"
     )
 
 
 def _scraper_rows(when: str, log: ScrapeLog) -> list[str]:
     during, clear = log.split(RENDER_S)
-    builds = ", ".join(_ms(cycle.build_s) for cycle in log.cycles)
+    builds = ", ".join(ms(cycle.build_s) for cycle in log.cycles)
     return [
         _scraper_row(f"{when}, {log.seconds:g} s: every scrape", log.all()),
         _scraper_row("… clear of the view's cycles", clear),
@@ -269,8 +274,8 @@ def _ratio_row(what: str, churn: Scrapes, idle: Scrapes) -> str:
     return f"| under churn ÷ idle, {what} | | {p50:.1f}× | {p99:.1f}× | | | |"
 
 
-def _scraper_table(p: Process) -> list[str]:
-    idle, churn = p.idle, p.window.scraper
+def scraper_table(idle: ScrapeLog, churn: ScrapeLog) -> list[str]:
+    """The scraper idle and under churn: every scrape, clear of cycles, overlapping one."""
     return [
         "| the cluster | scrapes | p50 | p99 | max | errors | p99 < 10 ms |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -304,19 +309,41 @@ def _wrk_table(f: Figures) -> list[str]:
 
 
 def _churn_line(f: Figures) -> str:
-    p, c = f.process, f.process.window.churn
-    a = p.after
+    p = f.process
+    return churn_line(
+        p.window.churn,
+        f.rate,
+        p.after,
+        expected_pods=p.expected_pods,
+        allocated_first=p.allocated_first,
+        expected_allocated=p.expected_allocated,
+        server="the test server",
+    )
+
+
+def churn_line(
+    c: ChurnResult,
+    rate: float,
+    a: After,
+    *,
+    expected_pods: int,
+    allocated_first: int,
+    expected_allocated: int,
+    server: str,
+) -> str:
+    """What the churn did, and whether the first view built after it holds what the server
+    holds: every pod, and every GPU the churn left bound."""
     churned = sum(c.done.values())
     return (
         f"Churn: {churned:,} changes in {c.seconds:.0f} s ({churned / c.seconds:.1f}/s, asked "
-        f"{f.rate:g}/s): " + ", ".join(f"{name} {n}" for name, n in c.done.items()) + "; the "
-        f"furthest a change started behind schedule {_ms(c.late_max_s)}, the slowest change at "
-        f"the test server {_ms(c.put_max_s)}. The first view built wholly after it "
+        f"{rate:g}/s): " + ", ".join(f"{name} {n}" for name, n in c.done.items()) + "; the "
+        f"furthest a change started behind schedule {ms(c.late_max_s)}, the slowest change at "
+        f"{server} {ms(c.put_max_s)}. The first view built wholly after it "
         f"({a.first.seconds:.1f} s later) held {a.first.pods:,} pods and "
         f"{a.first.allocated:,} allocated `nvidia.com/gpu`; the server held "
-        f"{p.expected_pods:,} pods, and the GPUs were {p.allocated_first:,} at the first "
-        f"metrics + {p.expected_allocated - p.allocated_first} the churn left bound: "
-        + agreement(a, p.expected_pods, p.expected_allocated)
+        f"{expected_pods:,} pods, and the GPUs were {allocated_first:,} at the first "
+        f"metrics + {expected_allocated - allocated_first} the churn left bound: "
+        + agreement(a, expected_pods, expected_allocated)
         + "."
     )
 
@@ -350,7 +377,7 @@ def render(f: Figures, machine: str) -> str:
             "",
             f"Cluster: {f.nodes:,} nodes, {f.pods:,} pods ({f.gpu_pods:,} request GPUs, "
             f"{f.pending_gpu_pods} of them pending), {f.quotas} GPU ResourceQuotas. The pods' "
-            f"JSON: {_mib(f.raw_json)}, {f.raw_json / f.pods / 1024:.1f} KiB a pod. Built in "
+            f"JSON: {mib(f.raw_json)}, {f.raw_json / f.pods / 1024:.1f} KiB a pod. Built in "
             f"{f.built_s:.0f} s and loaded into the test API server in {f.loaded_s:.0f} s before "
             f"the process starts. `--cluster.interval={f.interval_s:g}s`, churn at "
             f"{f.rate:g} changes a second.",
@@ -364,10 +391,10 @@ def render(f: Figures, machine: str) -> str:
             "`/metrics` as Prometheus scrapes it (bench/scrape_client.py in a process of its "
             f"own: one keep-alive connection, gzip, OpenMetrics, 50 ms apart; {gzip_kib} KiB "
             "a body). A cycle's span: from its build's start to its publication (the build "
-            f"gauge, and {_ms(RENDER_S)} allowed for rendering); idle is right after the first "
+            f"gauge, and {ms(RENDER_S)} allowed for rendering); idle is right after the first "
             "metrics:",
             "",
-            *_scraper_table(f.process),
+            *scraper_table(f.process.idle, f.process.window.scraper),
             "",
             f"Under churn, `wrk -t{f.load.threads} -c{f.load.connections} "
             f"-d{f.load.seconds}s --latency` (this machine's cores shared with the test API "

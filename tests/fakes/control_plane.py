@@ -241,10 +241,16 @@ def run_control_plane(
     controllers: Sequence[str] = (),
     extra_apiserver_args: Sequence[str] = (),
     extra_scheduler_args: Sequence[str] = (),
+    extra_etcd_args: Sequence[str] = (),
+    etcd_data: Path | None = None,
     timeout: float = 120,
 ) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver (+ kube-scheduler when `scheduler`, + kube-controller-manager
     running `controllers` when any are named), ready when this yields.
+
+    `etcd_data` is etcd's data dir (default `workdir/etcd`, new): one that an earlier plane
+    left holds its objects, and this plane serves them with its own certificates and token
+    (bench/fleet_cache.py starts the bench's 150,000 pods so in seconds, not minutes).
 
     The readiness timeout is generous for a loaded two-core machine: the API server takes
     10-30 s to install its APIs and bootstrap RBAC's default roles."""
@@ -281,7 +287,7 @@ def run_control_plane(
             [
                 str(etcd_bin),
                 "--name=test",
-                f"--data-dir={workdir / 'etcd'}",
+                f"--data-dir={etcd_data or workdir / 'etcd'}",
                 f"--listen-client-urls={etcd_url}",
                 f"--advertise-client-urls={etcd_url}",
                 f"--listen-peer-urls={peer_url}",
@@ -289,6 +295,7 @@ def run_control_plane(
                 f"--initial-cluster=test={peer_url}",
                 "--unsafe-no-fsync",
                 "--log-level=warn",
+                *extra_etcd_args,
             ],
             workdir,
             stack,

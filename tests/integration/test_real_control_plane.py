@@ -222,6 +222,24 @@ def test_service_account_token_gets_exactly_what_rbac_grants(cluster: ControlPla
     assert cluster.request("GET", "/api/v1/nodes", token="not-a-token")[0] == 401
 
 
+def test_a_plane_serves_the_etcd_data_an_earlier_one_left(tmp_path: Path) -> None:
+    """The bench's cached fleet: etcd's data dir kept after the plane stopped, then served by
+    a new plane (new ports, certificate and admin token) with its objects intact."""
+    data = tmp_path / "etcd-data"
+    with run_control_plane(tmp_path / "first", etcd_data=data) as first:
+        first.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "kept"}})
+        first.ok(
+            "POST",
+            "/api/v1/namespaces/kept/configmaps",
+            {"metadata": {"name": "fleet"}, "data": {"pods": "150000"}},
+        )
+    with run_control_plane(tmp_path / "second", etcd_data=data) as second:
+        assert second.token != first.token
+        kept = second.ok("GET", "/api/v1/namespaces/kept/configmaps/fleet")
+        assert kept["data"] == {"pods": "150000"}
+        second.ok("POST", "/api/v1/namespaces/kept/configmaps", {"metadata": {"name": "new"}})
+
+
 def _version_output(binary: str, *args: str) -> str:
     proc = subprocess.run(
         [str(require(binary)), *args], capture_output=True, text=True, timeout=60, check=True
