@@ -62,6 +62,12 @@ class _Page(_Struct, Generic[S]):
     items: list[S] | None = None
 
 
+class _Listing(_Struct):
+    """A page's metadata alone: its items are skipped, in C."""
+
+    metadata: _ListMeta | None = None
+
+
 class _WatchEvent(_Struct, Generic[S]):
     type: Any = None
     object: S | None = None
@@ -312,6 +318,7 @@ class StructDecoder(Generic[S]):
         self._raw_page = msgspec.json.Decoder(_Page[msgspec.Raw])
         self._item = msgspec.json.Decoder(kind)
         self._event = msgspec.json.Decoder(_WatchEvent[kind])  # type: ignore[valid-type]
+        self._listing = msgspec.json.Decoder(_Listing)
 
     def page(self, data: bytes) -> Page:
         try:
@@ -321,6 +328,12 @@ class StructDecoder(Generic[S]):
         except _REFUSED:
             return JSON.page(data)
         return Page([self._slim(item) for item in page.items or ()], *_list_meta(page.metadata))
+
+    def token(self, data: bytes) -> Any:
+        try:
+            return _list_meta(self._listing.decode(data).metadata)[0]
+        except _REFUSED:
+            return None
 
     def _page_by_item(self, data: bytes) -> Page:
         """A page that failed validation: each item alone, the odd ones by json.loads."""

@@ -44,6 +44,12 @@ class Event(NamedTuple):
 class Decoder(Protocol):
     def page(self, data: bytes) -> Page: ...
 
+    def token(self, data: bytes) -> Any:
+        """The page's `continue` token before its items are decoded (for the prefetch of
+        the next page); None when it has none or it cannot be read so. Never raises: `page`
+        still reads the page and says what is wrong with it."""
+        ...
+
     def event(self, line: bytes) -> Event: ...
 
 
@@ -68,6 +74,13 @@ class JsonDecoder:
         metadata = body.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else EMPTY
         return Page(items, metadata.get("continue"), str(metadata.get("resourceVersion", "")))
+
+    def token(self, data: bytes) -> Any:
+        """The token as `page` reads it: the items are decoded only as they are read."""
+        try:
+            return self.page(data).token
+        except Exception:  # a page of the wrong shape: `page` raises it again, where it counts
+            return None
 
     def event(self, line: bytes) -> Event:
         event = json.loads(line)

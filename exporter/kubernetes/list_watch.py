@@ -11,7 +11,8 @@ List and watch follow client-go's reflector:
 - list with `resourceVersion=0` (served from the API server's watch cache, cheap when every
   node's exporter relists at once after an API server restart) — or, with `page_size` (the
   cluster mode's one process, which lists everything), in consistent pages of that many
-  objects, as client-go's pager does —, then watch from the list's
+  objects, as client-go's pager does (the next page asked for while one is decoded:
+  page_prefetch.py) —, then watch from the list's
   resourceVersion with bookmarks; a watch that ends normally is resumed from the last seen
   resourceVersion, without a relist;
 - 410 Gone (expired resourceVersion; an HTTP 410 or an ERROR event with code 410) → relist at
@@ -36,7 +37,8 @@ from typing import Any, Generic, TypeVar
 
 from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
-from kube_gpu_exporter.exporter.kubernetes.decoding import JSON, Decoder, Event, Page
+from kube_gpu_exporter.exporter.kubernetes.decoding import JSON, Decoder, Event
+from kube_gpu_exporter.exporter.kubernetes.page_prefetch import Prefetch
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +207,11 @@ class ListWatch(Generic[T]):
             params["limit"] = self._page_size
         elif resource_version is not None:
             params["resource_version"] = resource_version
+        data = self._fetch(params)
         while True:
-            page = self._page(params)
+            ahead = self._ahead(data, params)  # the next page asked for before this is decoded
+            page = self._decoder.page(data)
+            del data
             for obj in page.items:
                 parsed = self._parse(obj)
                 if parsed is not None and parsed[1] is not None:
@@ -216,12 +221,24 @@ class ListWatch(Generic[T]):
                 return items, page.version
             del page
             params["_continue"] = token
+            data = ahead[1].result() if ahead and ahead[0] == token else self._fetch(params)
 
-    def _page(self, params: Mapping[str, Any]) -> Page:
+    def _ahead(self, data: bytes, params: Mapping[str, Any]) -> tuple[Any, Prefetch] | None:
+        """The next page of a paged list, fetched while this one is decoded (page_prefetch.py),
+        with the token it was asked with; None on the last page or an unpaged list."""
+        if self._page_size is None or self._stop.is_set():
+            return None
+        token = self._decoder.token(data)
+        if not token:
+            return None
+        return token, Prefetch(self.name, self._fetch, {**params, "_continue": token})
+
+    def _fetch(self, params: Mapping[str, Any]) -> bytes:
+        """One list request's body."""
         response = self._request(_preload_content=False, **params)
         try:
             _check_status(response)
-            return self._decoder.page(response.data)
+            return bytes(response.data)
         except BaseException:
             response.close()  # never hand a half-read connection back to the pool
             raise

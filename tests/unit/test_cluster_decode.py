@@ -266,6 +266,13 @@ def test_a_page_decodes_to_what_json_and_parse_make(case: tuple[str, Any]) -> No
     kind, body = case
     data = json.dumps(body).encode()
     assert_same(_page(JSON, kind, data), _page(DECODERS[kind], kind, data))
+    # The token read ahead of the items (for the next page's prefetch) is the page's own
+    # when the page reads; it never raises (a page that fails fails in `page`).
+    for decoder in (JSON, DECODERS[kind]):
+        page = _page(decoder, kind, data)
+        ahead = decoder.token(data)
+        if isinstance(page, tuple) and ahead:
+            assert ahead == page[1]
 
 
 @PROPERTY
