@@ -21,7 +21,7 @@ import bisect
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -103,11 +103,12 @@ class Transitions:
         for resource in gpus:
             self._waits.setdefault((pod.namespace, resource), Histogram()).observe(wait)
 
-    def forget(self, present: Iterable[str], seen_before: float) -> None:
+    def forget(self, present: Container[str], seen_before: float) -> None:
         """Drop the waiting pods not in `present` (the keys of the pods the watch holds, read
-        at `seen_before` on this clock; a pod first seen later may not be in it yet), and
-        disrupted uids older than DISRUPTED_KEEP_SECONDS."""
-        keep = set(present)
+        at `seen_before` on this clock or later; a pod first seen later may not be in it yet),
+        and disrupted uids older than DISRUPTED_KEEP_SECONDS. `present` is only asked `in`:
+        the watch's own mapping will do, no copy of its keys."""
+        keep = present
         horizon = self._clock() - DISRUPTED_KEEP_SECONDS
         with self._lock:
             self._waiting = {

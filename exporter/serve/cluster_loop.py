@@ -141,7 +141,7 @@ class ClusterLoop:
         taken = self._watches.take()
         transitions = None
         if self._transitions is not None:
-            self._transitions.forget(taken.pods.keys, started)  # keys are namespace/name
+            self._transitions.forget(taken.pods.held, started)  # keys are namespace/name
             transitions = self._transitions.snapshot()
         view = self._view.update(taken.nodes, taken.pods, taken.quotas)
         counts = {

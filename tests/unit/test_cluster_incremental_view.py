@@ -215,7 +215,7 @@ class ViewMachine(RuleBasedStateMachine):
         taken = {name: watch.held.take() for name, watch in self.watches.items()}
         for name, watch in self.watches.items():
             assert Counter(map(id, taken[name].values)) == Counter(map(id, watch.model.values()))
-            assert set(taken[name].keys) == set(watch.model)
+            assert set(taken[name].held) == set(watch.model)
         view = self.view.update(taken["nodes"], taken["pods"], taken["resourcequotas"])
         models = {name: tuple(watch.model.values()) for name, watch in self.watches.items()}
         check_view(view, models["nodes"], models["pods"], models["resourcequotas"])
@@ -322,7 +322,7 @@ def test_events_are_not_relists_and_a_relist_voids_the_changes() -> None:
     held.store(items, "a", 5)
     held.publish({"z": 9})  # a relist
     taken = held.take()
-    assert (taken.lists, taken.keys, taken.changes) == (2, ("z",), {})
+    assert (taken.lists, dict(taken.held), taken.changes) == (2, {"z": 9}, {})
 
 
 def test_relists_rebuild_and_events_do_not() -> None:
