@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -58,6 +59,22 @@ def wait_until(check: Callable[[], T | None], timeout: float = 60.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or check}")
         time.sleep(0.1)
+
+
+def full_collections_during(action: Callable[[], object]) -> int:
+    """How many full (generation 2) collections ran while `action()` ran."""
+    seen: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            seen.append(1)
+
+    gc.callbacks.append(note)
+    try:
+        action()
+    finally:
+        gc.callbacks.remove(note)
+    return len(seen)
 
 
 def http_get(

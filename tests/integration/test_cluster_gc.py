@@ -13,7 +13,7 @@ Real watches over the test API server, in this process (the frozen set is per pr
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
 from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
 from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
-from support import wait_until
+from support import full_collections_during, wait_until
 
 
 @pytest.fixture
@@ -36,21 +36,6 @@ def unfrozen() -> Iterator[None]:
 def collected(obj: object) -> bool:
     """Whether a collection of the old generation would walk `obj` (frozen ones it does not)."""
     return any(o is obj for o in gc.get_objects())  # the frozen generation is not listed
-
-
-def full_collections_during(action: Callable[[], object]) -> int:
-    seen: list[int] = []
-
-    def note(phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and info["generation"] == 2:
-            seen.append(1)
-
-    gc.callbacks.append(note)
-    try:
-        action()
-    finally:
-        gc.callbacks.remove(note)
-    return len(seen)
 
 
 def test_every_cycle_freezes_and_only_a_relist_collects_fully(

@@ -14,6 +14,7 @@ import pytest
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
 from kube_gpu_exporter.exporter.serve.cluster_loop import SWITCH_INTERVAL_S, ClusterLoop
 from kube_gpu_exporter.exporter.serve.frozen_heap import NEVER, FrozenHeap
+from support import full_collections_during
 
 
 class Node:
@@ -37,21 +38,6 @@ def cycle_garbage() -> weakref.ref[Node]:
     a, b = Node(), Node()
     a.other, b.other = b, a
     return weakref.ref(a)
-
-
-def full_collections_during(action: object) -> int:
-    seen: list[int] = []
-
-    def note(phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and info["generation"] == 2:
-            seen.append(1)
-
-    gc.callbacks.append(note)
-    try:
-        action()  # type: ignore[operator]
-    finally:
-        gc.callbacks.remove(note)
-    return len(seen)
 
 
 def test_start_keeps_young_collections_and_stops_automatic_full_ones() -> None:
