@@ -149,11 +149,11 @@ def child(path: Path, which: str) -> dict[str, Any]:
             count[kind] += 1
         else:
             page = decoders[kind].page(data)
-            for obj in page.items:
+            for obj in page.items:  # the JSON decoder's items are read as they are decoded
+                count[kind] += 1
                 parsed = parsers[kind](obj)
                 if parsed is not None and parsed[1] is not None:
                     held[kind][parsed[0]] = parsed[1]
-            count[kind] += len(page.items)
             del page
         cpu[kind] += time.process_time() - began
         del data
