@@ -108,11 +108,10 @@ class Transitions:
         at `seen_before` on this clock or later; a pod first seen later may not be in it yet),
         and disrupted uids older than DISRUPTED_KEEP_SECONDS. `present` is only asked `in`:
         the watch's own mapping will do, no copy of its keys."""
-        keep = present
         horizon = self._clock() - DISRUPTED_KEEP_SECONDS
         with self._lock:
             self._waiting = {
-                k: at for k, at in self._waiting.items() if k in keep or at >= seen_before
+                k: at for k, at in self._waiting.items() if k in present or at >= seen_before
             }
             self._disrupted = {u: at for u, at in self._disrupted.items() if at >= horizon}
 

@@ -17,7 +17,6 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,8 +68,8 @@ def watch_path(version: str) -> str:
     return f"/api/v1/namespaces/team/pods?{query}"
 
 
-def scenario(put_status: Callable[[str], int]) -> None:
-    """Pending, then Running, then Succeeded: each change's resourceVersion."""
+def scenario(put_status: Callable[[str], object]) -> None:
+    """The pod, created Pending, turns Running, then Succeeded (it leaves the selection)."""
     for phase in ("Running", "Succeeded"):
         put_status(phase)
 
@@ -100,7 +99,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.mark.k8s
-def test_the_real_server_sends_the_same(plane: Any, tmp_path: Path) -> None:
+def test_the_real_server_sends_the_same(plane: Any) -> None:
     pod = make_gpu_pod("done", 1, "team", node="gpu-a", phase="Pending")
     body = json.loads(json.dumps(pod))
     for key in ("uid", "creationTimestamp", "resourceVersion"):
