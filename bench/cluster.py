@@ -66,6 +66,10 @@ START, END = "<!-- cluster:start -->", "<!-- cluster:end -->"
 READY_TIMEOUT_S = 300.0
 RENDER_MARGIN_S = 2.0  # rendering the bodies after a build, at most
 AGREE_VIEWS = 4  # views read after the churn before an event is called lost
+# The scraper's windows, idle and under churn, in view intervals: each holds one cycle and
+# ~19 scrapes overlapping it, so over one a single slow scrape was the row's p99; over six,
+# ~110 overlapping scrapes, the p99 is the second slowest.
+SCRAPED_INTERVALS = 6
 COMMAND = str(Path(sys.executable).with_name("kube-gpu-exporter"))
 
 
@@ -215,9 +219,10 @@ def measure(
         enc: wrk.body_size(server.metrics_url, headers)
         for enc, headers in (("plain", {}), ("gzip", wrk.GZIP_HEADERS))
     }
-    say(f"ready after {ready_s:.1f} s; a scrape every 50 ms, gzip, idle, for {interval_s:g} s")
+    scraped_s = SCRAPED_INTERVALS * interval_s
+    say(f"ready after {ready_s:.1f} s; a scrape every 50 ms, gzip, idle, for {scraped_s:g} s")
     cpu_idle, began = procs.cpu_seconds(pid), time.monotonic()
-    idle = scrape_apart(server.port, interval_s)
+    idle = scrape_apart(server.port, scraped_s)
     idle_cpu_per_s = (procs.cpu_seconds(pid) - cpu_idle) / (time.monotonic() - began)
     window = under_churn(server, churn, interval_s, work)
     after = after_churn(server, churn.expected_pods, allocated(text) + churn.bound_gpus)
@@ -256,8 +261,8 @@ class Churned:
 
 def churn_scraped(server: procs.Server, churn: Churn, interval: float) -> Churned:
     """The churn started, two view intervals with a scrape a second only (the process's CPU),
-    then one with a Prometheus-like scraper (latency as Prometheus sees it); whole intervals,
-    so that each holds its share of builds. The churn goes on."""
+    then SCRAPED_INTERVALS with a Prometheus-like scraper (latency as Prometheus sees it);
+    whole intervals, so that each holds its share of builds. The churn goes on."""
     pid = server.proc.pid
     say(f"churn; for {2 * interval:g} s a scrape a second only (CPU)")
     churn.start()
@@ -266,13 +271,13 @@ def churn_scraped(server: procs.Server, churn: Churn, interval: float) -> Churne
     time.sleep(2 * interval)
     cpu_quiet = procs.cpu_seconds(pid) - cpu_start
     quiet_s = time.monotonic() - began
-    say(f"a scrape every 50 ms, gzip, for {interval:g} s")
-    scraper = scrape_apart(server.port, interval)
+    say(f"a scrape every 50 ms, gzip, for {SCRAPED_INTERVALS * interval:g} s")
+    scraper = scrape_apart(server.port, SCRAPED_INTERVALS * interval)
     return Churned(sampler, cpu_quiet / quiet_s, quiet_s, scraper)
 
 
 def under_churn(server: procs.Server, churn: Churn, interval: float, work: Path) -> Window:
-    """Seven view intervals of churn: churn_scraped's three, then wrk plain and wrk gzip for
+    """Twelve view intervals of churn: churn_scraped's eight, then wrk plain and wrk gzip for
     one each, then the same two against the reference server with the bytes ours served
     just before (the machine's share of wrk's figures; the churn, the test server and our
     process go on meanwhile)."""

@@ -12,10 +12,10 @@ limits of 5,000 nodes and 150,000 pods) is in a real etcd + kube-apiserver
    checkout; each run starts etcd and the API server on a copy of it;
 2. `kube-gpu-exporter cluster` starts on the admin kubeconfig and is measured as in
    bench/cluster.py, reusing its phases: the time to the first complete metrics (/readyz,
-   every pod watched), CPU and VmRSS then; the scraper (bench/scrape_client.py) for a view
-   interval, the cluster idle;
+   every pod watched), CPU and VmRSS then; the scraper (bench/scrape_client.py) for six view
+   intervals (bench/cluster.py's SCRAPED_INTERVALS), the cluster idle;
 3. churn at `--rate` changes a second (bench/cluster_churn.py's mix, through the real API:
-   bench/real_api.py): two intervals with a scrape a second (CPU, VmRSS once a second), one
+   bench/real_api.py): two intervals with a scrape a second (CPU, VmRSS once a second), six
    with the scraper; then the first view built wholly after it is checked against what the
    server holds (pods, and GPUs allocated), and the last pods deleted against the server.
 
@@ -42,7 +42,16 @@ import fake
 import fleet_cache
 import procs
 import pytest
-from cluster import READY_TIMEOUT_S, Churned, after_churn, churn_scraped, command, memory, say
+from cluster import (
+    READY_TIMEOUT_S,
+    SCRAPED_INTERVALS,
+    Churned,
+    after_churn,
+    churn_scraped,
+    command,
+    memory,
+    say,
+)
 from cluster_churn import Churn, ChurnResult
 from cluster_fleet import Fleet, build
 from cluster_report import (
@@ -178,9 +187,10 @@ def measure(
     cpu_ready = procs.cpu_seconds(pid)
     rss_ready, hwm_ready = memory(pid)
     text = procs.http_text(server.metrics_url)
-    say(f"complete after {ready_s:.1f} s; a scrape every 50 ms, gzip, idle, for {interval_s:g} s")
+    scraped_s = SCRAPED_INTERVALS * interval_s
+    say(f"complete after {ready_s:.1f} s; a scrape every 50 ms, gzip, idle, for {scraped_s:g} s")
     cpu_idle, began = procs.cpu_seconds(pid), time.monotonic()
-    idle = scrape_apart(server.port, interval_s)
+    idle = scrape_apart(server.port, scraped_s)
     idle_cpu = (procs.cpu_seconds(pid) - cpu_idle) / (time.monotonic() - began)
     allocated_first = allocated(text)
     churned = churn_scraped(server, churn, interval_s)
