@@ -107,7 +107,7 @@ def classify(view: ClusterView, pod: Pod, *, admitted: bool = True) -> Classific
         if state.gpu_node or not requested
     )
     reason, summary = _decide(view, pod, requested, checks, () if admitted else quotas)
-    open_free = {r: sum(c.gpu_free.get(r, 0) for c in checks if c.open) for r in requested}
+    open_free = {r: sum(c.free(r) for c in checks if c.open) for r in requested}
     result = Classification(
         reason=reason,
         summary=summary,
@@ -200,13 +200,13 @@ def _fragmented(
     open_checks = [c for c in checks if c.open]
     if not requested or not open_checks:
         return None
-    totals = {r: sum(c.gpu_free.get(r, 0) for c in open_checks) for r in requested}
+    totals = {r: sum(c.free(r) for c in open_checks) for r in requested}
     if any(totals[r] < n for r, n in requested.items()):
         return None
     resource = max(requested, key=lambda r: requested[r])
-    holders = sorted(open_checks, key=lambda c: -c.gpu_free.get(resource, 0))
-    holders = [c for c in holders if c.gpu_free.get(resource, 0) > 0]
-    spread = ", ".join(f"{c.node} {c.gpu_free[resource]}" for c in holders[:SHOWN_NODES])
+    holders = sorted(open_checks, key=lambda c: -c.free(resource))
+    holders = [c for c in holders if c.free(resource) > 0]
+    spread = ", ".join(f"{c.node} {c.free(resource)}" for c in holders[:SHOWN_NODES])
     more = f" and {len(holders) - SHOWN_NODES} more" if len(holders) > SHOWN_NODES else ""
     return Reason.FRAGMENTED, (
         f"{totals[resource]} {resource} free in total on the nodes the pod may use, but no "
@@ -252,9 +252,9 @@ def _insufficient(
 ) -> str:
     parts = []
     for resource, amount in requested.items():
-        usable = sum(c.gpu_free.get(resource, 0) for c in checks if c.open)
-        anywhere = sum(c.gpu_free.get(resource, 0) for c in checks)
-        most = max((c.gpu_free.get(resource, 0) for c in checks), default=0)
+        usable = sum(c.free(resource) for c in checks if c.open)
+        anywhere = sum(c.free(resource) for c in checks)
+        most = max((c.free(resource) for c in checks), default=0)
         parts.append(
             f"no node has {amount} {resource} free (at most {most}); {usable} free on the "
             f"nodes the pod may use, {anywhere} on all GPU nodes"

@@ -14,10 +14,12 @@ so that "asks for an A100 where only H100s are free" is not reported as a generi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from kube_gpu_exporter.exporter.cluster.fields import SHARED
 from kube_gpu_exporter.exporter.cluster.objects import (
     Node,
     Pod,
@@ -43,13 +45,26 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
 
 
 def untolerated(node: Node, tolerations: Iterable[Toleration]) -> tuple[Taint, ...]:
-    """The node's filtering taints (cordon and not-ready included) that no toleration covers."""
+    """The node's filtering taints (cordon and not-ready included) that no toleration covers:
+    the node's own tuple when none is covered, a shared one otherwise (kept per check, as
+    `_shared_check`)."""
+    taints = node.effective_taints
+    if not taints:
+        return ()
     tolerations = tuple(tolerations)
-    return tuple(
+    left = tuple(
         taint
-        for taint in node.effective_taints
+        for taint in taints
         if not any(tolerates(toleration, taint) for toleration in tolerations)
     )
+    if len(left) == len(taints):
+        return taints
+    return _shared_taints(left) if left else ()
+
+
+@functools.lru_cache(maxsize=SHARED)
+def _shared_taints(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+    return taints
 
 
 def requirement_matches(requirement: Requirement, value: str | None) -> bool:
@@ -141,7 +156,15 @@ def check_selectors(pod: Pod, node: Node, type_labels: Collection[str]) -> Selec
             other.append("no required node-affinity term matches as a whole")
     if not gpu_type and not other:
         return PASSED
-    return SelectorCheck(tuple(gpu_type), tuple(other))
+    return _shared_check(tuple(gpu_type), tuple(other))
+
+
+@functools.lru_cache(maxsize=SHARED)
+def _shared_check(gpu_type: tuple[str, ...], other: tuple[str, ...]) -> SelectorCheck:
+    """One value per distinct failure: a pod checked against thousands of nodes of another
+    GPU type fails each with the same lines, and classification keeps every check until the
+    cycle ends (placement.py's NodeCheck)."""
+    return SelectorCheck(gpu_type, other)
 
 
 def _any_term(terms: Iterable[SelectorTerm], node: Node, skip: Collection[str]) -> bool:
