@@ -19,23 +19,35 @@ own rule for its full collections: a quarter more), and after every (re)list, as
 Those are the only full collections: one after the list, while the old body is still
 served, and another only when the heap really grows.
 
-The heap is measured in the allocator's blocks in use (`sys.getallocatedblocks`), not in
-frozen objects: `gc.get_freeze_count` walks the whole permanent generation, a linked list
-of every frozen object, holding the GIL — 8 ms at 225,000 objects in one process and the
-17–31 ms pause a scrape met at the end of each cycle at 150,000 pods (a `gc.callbacks` and
-lag-thread probe placed it there, with no collection running). Blocks in use is a counter
-on Python 3.11 and a walk of the arenas' pool headers (one per 16 KiB) from 3.12 on, and it
-is what frozen garbage would make grow.
+The heap is measured as the process's resident memory (`/proc/self/statm`, a few µs), not in
+frozen objects: `gc.get_freeze_count` walks the whole permanent generation, a linked list of
+every frozen object, holding the GIL — 8 ms at 225,000 objects in one process and the 17–31
+ms pause a scrape met at the end of each cycle at 150,000 pods (a `gc.callbacks` and
+lag-thread probe placed it there, with no collection running). `sys.getallocatedblocks`
+walks the allocator's pool headers, ~2 ms at that size. Resident memory is what frozen
+garbage would make grow, and what the Deployment's memory limit is about.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import Final
 
 GROWTH: Final = 0.25  # heap growth over the last full collection's that starts another
 NEVER: Final = 2**31 - 1  # a third threshold no count of young collections reaches
+STATM: Final = "/proc/self/statm"  # sizes in pages: total, resident, shared, …
+
+
+def heap_size() -> int:
+    """Resident bytes of this process; where /proc is missing (not Linux), the allocator's
+    blocks in use, in the same process always the same measure."""
+    try:
+        with open(STATM, "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return sys.getallocatedblocks()
 
 
 class FrozenHeap:
@@ -44,7 +56,7 @@ class FrozenHeap:
 
     def __init__(self, growth: float = GROWTH) -> None:
         self._growth = growth
-        self._baseline = 0  # blocks in use right after the last full collection
+        self._baseline = 0  # heap_size() right after the last full collection
         self.full_collections = 0
 
     def start(self) -> None:
@@ -57,12 +69,12 @@ class FrozenHeap:
         when the heap grew by the growth factor (or on the first cycle). Nothing here walks
         the frozen objects but that full collection."""
         gc.collect(1)
-        heap = sys.getallocatedblocks()
+        heap = heap_size()
         if relisted or not self._baseline or heap > self._baseline * (1 + self._growth):
             gc.unfreeze()
             gc.collect()
             gc.freeze()
-            self._baseline = sys.getallocatedblocks()
+            self._baseline = heap_size()
             self.full_collections += 1
             return
         gc.freeze()

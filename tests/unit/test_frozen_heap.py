@@ -13,7 +13,7 @@ import pytest
 
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
 from kube_gpu_exporter.exporter.serve.cluster_loop import SWITCH_INTERVAL_S, ClusterLoop
-from kube_gpu_exporter.exporter.serve.frozen_heap import NEVER, FrozenHeap
+from kube_gpu_exporter.exporter.serve.frozen_heap import NEVER, FrozenHeap, heap_size
 from support import full_collections_during
 
 
@@ -82,8 +82,8 @@ def test_garbage_frozen_in_a_cycle_is_collected_once_the_heap_grows_a_quarter() 
     del a, b  # now garbage in a cycle, frozen: reference counting cannot free it
     heap.after_cycle(relisted=False)
     assert leaked() is not None  # no growth: no full collection
-    baseline = sys.getallocatedblocks()
-    grown = [Node() for _ in range(baseline // 4 + 100)]  # a block each, and more for dicts
+    mib = 1 << 20
+    grown = [b"x" * mib for _ in range(heap_size() // 4 // mib + 8)]  # written: resident
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1
     assert leaked() is None
     assert len(grown) > 0
@@ -102,6 +102,7 @@ def test_a_cycles_end_walks_none_of_the_frozen_objects(monkeypatch: pytest.Monke
     monkeypatch.setattr(gc, "get_freeze_count", walks)
     monkeypatch.setattr(gc, "get_objects", walks)
     monkeypatch.setattr(gc, "get_referrers", walks)
+    monkeypatch.setattr(sys, "getallocatedblocks", walks)  # walks the allocator's pools
     made = [Node() for _ in range(100)]
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
