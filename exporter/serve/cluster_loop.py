@@ -138,7 +138,7 @@ class ClusterLoop:
     def cycle(self) -> FamiliesBody:
         """One update → classify → render of the view. Runs off the event loop."""
         started = time.monotonic()
-        taken = self._watches.take()
+        taken = self._heap.frozen(self._watches.take)
         transitions = None
         if self._transitions is not None:
             self._transitions.forget(taken.pods.held, started)  # keys are namespace/name

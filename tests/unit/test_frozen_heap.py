@@ -109,6 +109,16 @@ def test_a_cycles_end_walks_none_of_the_frozen_objects(monkeypatch: pytest.Monke
     assert len(made) == 100
 
 
+def test_what_a_cycle_takes_is_frozen_at_once_after_the_young_are_collected() -> None:
+    heap = FrozenHeap()
+    heap.after_cycle(relisted=False)
+    young_garbage = cycle_garbage()
+    taken = heap.frozen(lambda: tuple(Node() for _ in range(1000)))
+    assert young_garbage() is None  # collected before the freeze, not frozen with it
+    tracked = {id(o) for o in gc.get_objects()}  # what a collection would walk
+    assert not any(id(o) in tracked for o in (taken, *taken))
+
+
 def test_the_cluster_loop_sets_the_collector_and_the_gil_switch_when_it_starts() -> None:
     """What a scrape waits for while a cycle runs: no automatic full collection, and the GIL
     handed over after 1 ms rather than CPython's 5."""
