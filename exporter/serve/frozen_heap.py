@@ -25,7 +25,9 @@ every frozen object, holding the GIL — 8 ms at 225,000 objects in one process 
 ms pause a scrape met at the end of each cycle at 150,000 pods (a `gc.callbacks` and
 lag-thread probe placed it there, with no collection running). `sys.getallocatedblocks`
 walks the allocator's pool headers, ~2 ms at that size. Resident memory is what frozen
-garbage would make grow, and what the Deployment's memory limit is about.
+garbage would make grow, and what the Deployment's memory limit is about; pages the
+allocator kept after a peak are used first, so the trigger comes that much later, bounded
+by the peak.
 """
 
 from __future__ import annotations

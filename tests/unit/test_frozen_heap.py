@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import mmap
 import sys
 import weakref
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import pytest
 
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
 from kube_gpu_exporter.exporter.serve.cluster_loop import SWITCH_INTERVAL_S, ClusterLoop
-from kube_gpu_exporter.exporter.serve.frozen_heap import NEVER, FrozenHeap, heap_size
+from kube_gpu_exporter.exporter.serve.frozen_heap import GROWTH, NEVER, FrozenHeap, heap_size
 from support import full_collections_during
 
 
@@ -81,12 +82,24 @@ def test_garbage_frozen_in_a_cycle_is_collected_once_the_heap_grows_a_quarter() 
     leaked = weakref.ref(a)
     del a, b  # now garbage in a cycle, frozen: reference counting cannot free it
     heap.after_cycle(relisted=False)
+    measured = heap_size()  # what that cycle's heap was, at most, give or take a page
     assert leaked() is not None  # no growth: no full collection
-    mib = 1 << 20
-    grown = [b"x" * mib for _ in range(heap_size() // 4 // mib + 8)]  # written: resident
+    # Resident memory moves (the allocator returns freed pages, or reuses pages it kept):
+    # grow from what is now to a quarter above what the cycle measured, and 16 MiB more, in
+    # new pages, each written so that it is resident.
+    grown = resident_pages(int(measured * (1 + GROWTH)) - heap_size() + (16 << 20))
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1
     assert leaked() is None
     assert len(grown) > 0
+    grown.close()
+
+
+def resident_pages(size: int) -> mmap.mmap:
+    """`size` bytes of new memory, every page written (so resident), outside the allocator."""
+    pages = mmap.mmap(-1, max(size, mmap.PAGESIZE))
+    for offset in range(0, len(pages), mmap.PAGESIZE):
+        pages[offset] = 1
+    return pages
 
 
 def test_a_cycles_end_walks_none_of_the_frozen_objects(monkeypatch: pytest.MonkeyPatch) -> None:
