@@ -68,10 +68,10 @@ class NodeCheck:
     untolerated: tuple[Taint, ...]
     selectors: SelectorCheck
     gpu_requested: Resources = field(hash=False)
-    short: tuple[Shortfall, ...] = ()
-    gpu_room: bool = True  # enough free GPUs for the pod (true for a pod that asks for none)
-    advertises: bool = True  # the node advertises (above 0) every GPU resource requested
-    failed: frozenset[Filter] = frozenset()
+    short: tuple[Shortfall, ...]
+    gpu_room: bool  # enough free GPUs for the pod (true for a pod that asks for none)
+    advertises: bool  # the node advertises (above 0) every GPU resource requested
+    failed: frozenset[Filter]
 
     @property
     def node(self) -> str:
