@@ -27,14 +27,14 @@ lag-thread probe placed it there, with no collection running). `sys.getallocated
 walks the allocator's pool headers, ~2 ms at that size. Resident memory is what frozen
 garbage would make grow, and what the Deployment's memory limit is about; pages the
 allocator kept after a peak are used first, so the trigger comes that much later, bounded
-by the peak.
+by the peak. Where it cannot be read, growth is unknown and starts nothing; the (re)lists'
+full collections still run.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-import sys
 from collections.abc import Callable
 from typing import Final, TypeVar
 
@@ -45,14 +45,18 @@ STATM: Final = "/proc/self/statm"  # sizes in pages: total, resident, shared, â€
 T = TypeVar("T")
 
 
-def heap_size() -> int:
-    """Resident bytes of this process; where /proc is missing (not Linux), the allocator's
-    blocks in use, in the same process always the same measure."""
+PAGE: Final = os.sysconf("SC_PAGE_SIZE")
+
+
+def heap_size() -> int | None:
+    """Resident bytes of this process, None when unknown: /proc missing (not Linux) or not
+    readable now (no file descriptor left, under a connection flood). Unknown starts no full
+    collection; another measure in its place would compare blocks with bytes."""
     try:
         with open(STATM, "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return sys.getallocatedblocks()
+            return int(statm.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class FrozenHeap:
@@ -61,7 +65,9 @@ class FrozenHeap:
 
     def __init__(self, growth: float = GROWTH) -> None:
         self._growth = growth
-        self._baseline = 0  # heap_size() right after the last full collection
+        self._baseline = (
+            0  # heap_size() after the last full collection (or lowest since); 0 unknown
+        )
         self.full_collections = 0
 
     def start(self) -> None:
@@ -85,12 +91,15 @@ class FrozenHeap:
         the frozen objects but that full collection."""
         gc.collect(1)
         heap = heap_size()
-        if relisted or not self._baseline or heap > self._baseline * (1 + self._growth):
+        limit = self._baseline * (1 + self._growth)  # 0: unknown since the last full one
+        grown = heap is not None and self._baseline > 0 and heap > limit
+        if relisted or not self.full_collections or grown:
             gc.unfreeze()
             gc.collect()
             gc.freeze()
-            self._baseline = heap_size()
+            self._baseline = heap_size() or 0
             self.full_collections += 1
             return
         gc.freeze()
-        self._baseline = min(self._baseline, max(1, heap))
+        if heap is not None:
+            self._baseline = min(self._baseline, heap) if self._baseline else heap

@@ -229,5 +229,4 @@ def test_a_classification_keeps_about_one_small_object_per_node() -> None:
     kept = sys.getallocatedblocks() - before
     assert len(result.nodes) == 3000
     assert {c.fits for c in result.nodes} == {True, False}  # both kinds of check made
-    print(f"{kept} blocks kept for {len(result.nodes)} checks")
     assert kept < 1.3 * len(result.nodes), f"{kept} blocks for {len(result.nodes)} checks"

@@ -9,10 +9,12 @@ import mmap
 import sys
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
+from kube_gpu_exporter.exporter.serve import frozen_heap
 from kube_gpu_exporter.exporter.serve.cluster_loop import SWITCH_INTERVAL_S, ClusterLoop
 from kube_gpu_exporter.exporter.serve.frozen_heap import GROWTH, NEVER, FrozenHeap, heap_size
 from support import full_collections_during
@@ -120,6 +122,22 @@ def test_a_cycles_end_walks_none_of_the_frozen_objects(monkeypatch: pytest.Monke
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
     assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
     assert len(made) == 100
+
+
+def test_a_heap_size_unknown_starts_no_full_collection(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where /proc/self/statm cannot be read (not Linux, or no file descriptor left), the
+    growth is unknown: neither taken as growth nor compared with another measure."""
+    heap = FrozenHeap()
+    monkeypatch.setattr(frozen_heap, "STATM", str(tmp_path / "missing"))
+    assert frozen_heap.heap_size() is None
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1  # the first
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
+    monkeypatch.undo()  # readable again: measured from now on, no collection for it
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
+    assert full_collections_during(lambda: heap.after_cycle(relisted=True)) == 1
 
 
 def test_what_a_cycle_takes_is_frozen_at_once_after_the_young_are_collected() -> None:
