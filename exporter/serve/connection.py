@@ -109,6 +109,7 @@ class Connection:
         starting = not (self._in_request or self._inbox)  # the first bytes of a request
         self._inbox += data
         self._feed()
+        self._hold_reading()
         # Its head is due from now, unless a deadline runs already (the first request's,
         # from the accept).
         due = self._on_deadline == self._head_timed_out
@@ -181,13 +182,22 @@ class Connection:
             log.debug("client %s: request head over %d bytes; closing", self._peer(), MAX_HEAD)
             self._refuse(431, "Request Header Fields Too Large", "request head too large\n")
             return
+        self._hold_reading()
+
+    def _hold_reading(self) -> None:
+        """Backpressure: the wire reads while the inbox holds less than one head's worth, and
+        not a byte more, whatever else is going on. An answer waiting in the kernel or behind
+        a password check takes nothing from the inbox, so a client sending meanwhile fills
+        TCP's buffers and then waits, instead of the inbox growing without bound."""
+        wire = self._wire
         full = len(self._inbox) >= MAX_HEAD
-        if full != self._reading_held:
-            self._reading_held = full
-            if full:
-                wire.pause_reading()
-            else:
-                wire.resume_reading()
+        if wire is None or full == self._reading_held:
+            return
+        self._reading_held = full
+        if full:
+            wire.pause_reading()
+        else:
+            wire.resume_reading()
 
     def _start(self, head: bytes) -> None:
         """Parse one head and hand the request to the app."""
