@@ -124,6 +124,29 @@ def test_whole_gpu_identity(nvml: FakeDriver) -> None:
     assert pynvml.nvmlDeviceGetMigMode(handle) == [0, 0]
 
 
+def test_minor_numbers(driver: FakeDriver) -> None:
+    """Every GPU has a minor number, by default in an order unlike the index (a test that
+    mixes the two up fails); `minor none` is a driver that will not say."""
+    driver.state.write_text("device 0\ndevice 1\ndevice 2\nminor 7\ndevice 3\nminor none\n")
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(4)]
+    assert [pynvml.nvmlDeviceGetMinorNumber(h) for h in handles[:3]] == [1, 0, 7]
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetMinorNumber(handles[3])
+
+    driver.write(NODE.state_at(0))  # the writer gives each GPU its scenario's minor number
+    assert pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(1)) == 1
+    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(pynvml.nvmlDeviceGetHandleByIndex(1), 0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):  # the driver refuses a MIG device's
+        pynvml.nvmlDeviceGetMinorNumber(mig)
+
+    # Two GPUs with one minor number: no driver numbers them so (a broken rewrite keeps the
+    # last good state).
+    driver.state.write_text("device 0\nminor 0\ndevice 1\n")
+    assert pynvml.nvmlDeviceGetCount() == 2
+    assert pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(1)) == 1
+
+
 def test_whole_gpu_readings(nvml: FakeDriver) -> None:
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
 

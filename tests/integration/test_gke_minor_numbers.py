@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pynvml
+
 from fakenvml import exporter_env
+from kube_gpu_exporter.exporter.attribution.device_ids import DeviceResolver
+from kube_gpu_exporter.exporter.nvml.devices import discover
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kubelet_server import FakeKubelet, container, devices, kubelet_args, pod
 from support import run_exporter, values, wait_until
@@ -63,3 +67,18 @@ def test_gke_ids_name_gpus_by_minor_number_not_index(fake_nvml_dir: Path, tmp_pa
             }
             assert held == {name: uuid for name, (_, uuid) in HOLDS.items()}
             assert values(parsed, "kube_gpu_exporter_unmapped_device_ids") in ([], [0])
+
+
+def test_a_minor_number_nvml_will_not_give_is_never_guessed(nvml_state: Path) -> None:
+    """GPU 1's driver will not say (`minor none`): GKE's `nvidia1` names no device rather than
+    the GPU at index 1, and GPU 0 keeps the minor number the fake gives by default (1)."""
+    nvml_state.write_text(f"device 0\nuuid {GPU(0)}\ndevice 1\nuuid {GPU(1)}\nminor none\n")
+    pynvml.nvmlInit()
+    try:
+        devices = discover()
+    finally:
+        pynvml.nvmlShutdown()
+    assert [d.identity.minor for d in devices] == [1, None]
+    resolver = DeviceResolver(d.identity for d in devices)
+    assert resolver.gpu_of("nvidia1") == GPU(0)
+    assert resolver.gpu_of("nvidia0") is None

@@ -18,7 +18,9 @@ State file lines (the C file's header is the reference):
     uuid <text>
     name <text to end of line>
     pci_bus_id <text>
-    minor <n>                              (N of /dev/nvidiaN; NOT_SUPPORTED when absent)
+    minor <n|none>                         (N of /dev/nvidiaN, the scenario's; `none`:
+                                           NOT_SUPPORTED; absent: the index with its
+                                           lowest bit flipped, unlike the index)
     lost <0|1>
     memory <total bytes> <reserved bytes> <used bytes>
     utilization <gpu %> <memory %>

@@ -33,6 +33,12 @@
  *   uuid <text>                        GPU-...
  *   name <text to end of line>         NVIDIA H100 80GB HBM3
  *   pci_bus_id <text>                  00000000:18:00.0
+ *   minor <n|none>                     N of /dev/nvidiaN (nvmlDeviceGetMinorNumber); `none`:
+ *                                      NOT_SUPPORTED, a driver that will not say. Absent: the
+ *                                      index with its lowest bit flipped (0<->1, 2<->3, ...),
+ *                                      an order unlike the index, as drivers may number them,
+ *                                      so code that takes one for the other fails. Two GPUs
+ *                                      with one minor number are a parse error
  *   lost <0|1>                         1: every call on the GPU returns GPU_IS_LOST (15)
  *   memory <total> <reserved> <used>   bytes; v2 `used` excludes reserved, v1 includes it
  *   utilization <gpu%> <memory%>
@@ -269,7 +275,7 @@ typedef struct {
 } gpm_t;
 typedef struct {
     char uuid[STR], name[STR], pci[32];
-    int minor; /* N of /dev/nvidiaN, -1 when the state file gives none (NOT_SUPPORTED) */
+    int minor; /* N of /dev/nvidiaN; -1: `minor none` (NOT_SUPPORTED) */
     int lost;
     unsigned long long mem_total, mem_reserved, mem_used;
     unsigned util_gpu, util_mem, temperature, power_mw, limit_mw;
@@ -407,7 +413,7 @@ static int parse_state(const char *path, state_t *out) {
                 rc = parse_error(path, line, "device <index>: indexes 0, 1, ... (at most 64)");
             else {
                 g = &out->dev[out->count++];
-                g->minor = -1;
+                g->minor = (int)(index ^ 1u); /* unlike the index unless a `minor` line says */
             }
         } else if (!g && !strcmp(key, "error")) {
             override_t *e = &out->error[out->nerror];
@@ -424,8 +430,10 @@ static int parse_state(const char *path, state_t *out) {
         } else if (!strcmp(key, "pci_bus_id")) {
             copy_str(g->pci, sizeof(g->pci), rest);
         } else if (!strcmp(key, "minor")) {
-            if (sscanf(rest, "%d", &g->minor) != 1 || g->minor < 0)
-                rc = parse_error(path, line, "minor <n>");
+            if (!strcmp(rest, "none"))
+                g->minor = -1;
+            else if (sscanf(rest, "%d", &g->minor) != 1 || g->minor < 0)
+                rc = parse_error(path, line, "minor <n|none>");
         } else if (!strcmp(key, "lost")) {
             if (sscanf(rest, "%d", &g->lost) != 1)
                 rc = parse_error(path, line, "lost <0|1>");
@@ -530,6 +538,10 @@ static int parse_state(const char *path, state_t *out) {
         }
     }
     fclose(f);
+    for (unsigned i = 0; i < out->count && rc == 0; i++)
+        for (unsigned j = i + 1; j < out->count && rc == 0; j++)
+            if (out->dev[i].minor >= 0 && out->dev[i].minor == out->dev[j].minor)
+                rc = parse_error(path, line, "two devices with one minor number");
     if (rc == 0 && out->nvml[0] == '\0')
         snprintf(out->nvml, sizeof(out->nvml), "12.%.76s", out->driver);
     return rc;
