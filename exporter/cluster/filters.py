@@ -15,6 +15,7 @@ so that "asks for an A100 where only H100s are free" is not reported as a generi
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -30,6 +31,8 @@ from kube_gpu_exporter.exporter.cluster.objects import (
 )
 
 NODE_NAME_FIELD: Final = "metadata.name"  # the only field matchFields may name
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_GO_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
@@ -44,11 +47,15 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
     return toleration.operator == "Equal" and toleration.value == taint.value
 
 
-def untolerated(node: Node, tolerations: Iterable[Toleration]) -> tuple[Taint, ...]:
-    """The node's filtering taints (cordon and not-ready included) that no toleration covers:
+def untolerated(
+    node: Node, tolerations: Iterable[Toleration], *, running: bool = True
+) -> tuple[Taint, ...]:
+    """The node's filtering taints (the cordon's included) that no toleration covers:
     the node's own tuple when none is covered, a shared one otherwise (kept per check, as
-    `_shared_check`)."""
-    taints = node.effective_taints
+    `_shared_check`). `running`: a node not Ready counts as tainted `not-ready` until it
+    carries the taint (would a pod run there?); else only what it carries counts, as the
+    scheduler reads it (would the pod be bound there?)."""
+    taints = node.running_taints if running else node.effective_taints
     if not taints:
         return ()
     tolerations = tuple(tolerations)
@@ -79,12 +86,21 @@ def requirement_matches(requirement: Requirement, value: str | None) -> bool:
     if operator == "DoesNotExist":
         return value is None
     if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, bound = int(value), int(values[0])
-        except ValueError:
+        have, bound = go_integer(value), go_integer(values[0])
+        if have is None or bound is None:
             return False
         return have > bound if operator == "Gt" else have < bound
     return False
+
+
+def go_integer(text: str) -> int | None:
+    """`text` as Go's strconv.ParseInt(text, 10, 64) reads it, which Kubernetes' Gt and Lt
+    use for the label and the bound alike: ASCII digits with an optional sign, in int64;
+    else None (never matches). Python's int() also takes `1_0`, ` 5` and other digits."""
+    if not _GO_INTEGER.fullmatch(text):
+        return None
+    number = int(text)
+    return number if INT64_MIN <= number <= INT64_MAX else None
 
 
 def _field_matches(requirement: Requirement, node: Node) -> bool:

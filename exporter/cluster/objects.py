@@ -22,11 +22,13 @@ NO_SCHEDULE: Final = "NoSchedule"
 NO_EXECUTE: Final = "NoExecute"
 PREFER_NO_SCHEDULE: Final = "PreferNoSchedule"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-# The taints the node lifecycle controller puts on nodes that are cordoned or not ready; the
-# view adds them itself when it sees the condition first (`Node.effective_taints`).
 NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
+# The taint of a cordoned node; the scheduler's NodeUnschedulable plugin reads the cordon
+# itself (`spec.unschedulable`), so the view adds it where the node does not carry it yet.
 UNSCHEDULABLE_TAINT: Final = "node.kubernetes.io/unschedulable"
+# What the node lifecycle controller taints a node with: Ready False, and Ready Unknown.
 NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
+LIFECYCLE_TAINTS: Final = frozenset({NOT_READY_TAINT, "node.kubernetes.io/unreachable"})
 
 
 @dataclass(frozen=True)
@@ -88,16 +90,27 @@ class Node:
 
     @functools.cached_property
     def effective_taints(self) -> tuple[Taint, ...]:
-        """The taints placement honours: NoSchedule and NoExecute ones, plus the taint the
-        lifecycle controller adds for a cordoned or not-ready node if it is not there yet
-        (so a pod that tolerates it — a DaemonSet's — is still placed, as it would be)."""
+        """The taints placement honours: NoSchedule and NoExecute ones, plus the cordon's
+        taint when the node does not carry it yet (the scheduler reads the cordon itself;
+        a pod that tolerates the taint, a DaemonSet's, is placed all the same).
+
+        The Ready condition adds nothing: the scheduler reads only the taints the node
+        lifecycle controller sets for it (`not-ready` when False, `unreachable` when
+        Unknown), and a node that does not carry them yet takes pods."""
         taints = [t for t in self.taints if t.effect in (NO_SCHEDULE, NO_EXECUTE)]
-        keys = {t.key for t in taints}
-        if self.unschedulable and UNSCHEDULABLE_TAINT not in keys:
+        if self.unschedulable and UNSCHEDULABLE_TAINT not in {t.key for t in taints}:
             taints.append(Taint(UNSCHEDULABLE_TAINT))
-        if not self.ready and NOT_READY_TAINT not in keys:
-            taints.append(Taint(NOT_READY_TAINT))
         return tuple(taints)
+
+    @functools.cached_property
+    def running_taints(self) -> tuple[Taint, ...]:
+        """`effective_taints`, and for a node whose Ready condition is not True that carries
+        neither lifecycle taint yet, a `not-ready` one standing in: a pod the scheduler
+        would place there does not run (capacity's question, not the scheduler's)."""
+        keys = {t.key for t in self.effective_taints}
+        if self.ready or keys & LIFECYCLE_TAINTS:
+            return self.effective_taints
+        return (*self.effective_taints, Taint(NOT_READY_TAINT))
 
 
 PlacementKey = tuple[object, ...]
@@ -116,7 +129,9 @@ class Pod:
       ("Unschedulable", "SchedulingGated", "" when scheduled) and transition time;
     - `disruption`: the DisruptionTarget condition's reason (PreemptionByScheduler,
       DeletionByTaintManager, EvictionByEvictionAPI, TerminationByKubelet), else "";
-    - `has_claims`: the pod asks for DRA resource claims, which placement does not evaluate.
+    - `has_claims`: the pod asks for DRA resource claims, which placement does not evaluate;
+    - `priority`: `spec.priority` as the Priority admission plugin set it, None when absent
+      (the cluster watches do not read it; explain -f weighs preemption with it).
     Times are Unix seconds, None when absent.
     """
 
@@ -138,6 +153,7 @@ class Pod:
     disruption: str = ""
     deleting: bool = False
     has_claims: bool = False
+    priority: int | None = None
 
     @property
     def terminated(self) -> bool:

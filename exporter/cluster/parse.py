@@ -94,6 +94,7 @@ def parse_pod(obj: Mapping[str, Any] | Pod, namespace: str = "") -> Pod | None:
         nominated=status.get("nominatedNodeName"),
         reason=status.get("reason"),
         conditions=status.get("conditions"),
+        priority=spec.get("priority"),
     )
 
 
@@ -115,6 +116,7 @@ def pod_from(
     nominated: Any,
     reason: Any,
     conditions: Any,
+    priority: Any = None,
 ) -> Pod | None:
     """A pod from its fields as JSON gives them (None where absent), each of any type, with
     its effective requests and whether it has claims already worked out."""
@@ -147,6 +149,7 @@ def pod_from(
         else "",
         deleting=deletion is not None,
         has_claims=claims,
+        priority=priority if type(priority) is int else None,
     )
 
 

@@ -141,7 +141,7 @@ def check_node(
     ]
     if PODS in node.allocatable and state.free_of(PODS) < 1:
         short.append(Shortfall(PODS, 1, state.free_of(PODS)))
-    taints = untolerated(node, pod.tolerations)
+    taints = untolerated(node, pod.tolerations, running=False)
     selectors = check_selectors(pod, node, type_labels)
     room = all(state.free_of(r) >= n for r, n in gpu_requests.items())
     flags = (bool(taints), bool(selectors.gpu_type), bool(selectors.other), not room, bool(short))

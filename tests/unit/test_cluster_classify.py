@@ -175,11 +175,31 @@ def test_taints_win_over_gpu_type_across_nodes() -> None:
 
 
 def test_cordoned_and_not_ready_nodes_are_excluded_as_by_their_taints() -> None:
-    nodes = [make_node("gpu-a", unschedulable=True), make_node("gpu-b", ready=False)]
+    not_ready = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    nodes = [
+        make_node("gpu-a", unschedulable=True),
+        make_node("gpu-b", ready=False, taints=(GPU_TAINT, not_ready)),
+    ]
     result = classify(view_of(nodes), pod(make_gpu_pod("train", 1)))
     assert result.reason is Reason.TAINT_NOT_TOLERATED
     assert "node.kubernetes.io/unschedulable:NoSchedule on gpu-a" in result.summary
     assert "node.kubernetes.io/not-ready:NoSchedule on gpu-b" in result.summary
+
+
+def test_a_node_not_ready_is_judged_by_the_taints_it_carries() -> None:
+    """Ready Unknown (no kubelet heartbeat): the lifecycle controller taints the node
+    `unreachable`, not `not-ready`; until it does, the scheduler binds pods there."""
+    unreachable = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
+    lost = make_node("gpu-a", ready=False, taints=(GPU_TAINT, unreachable))
+    tolerating = make_gpu_pod("train", 1)
+    tolerating["spec"]["tolerations"].append(
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists"}
+    )
+    assert classify(view_of([lost]), pod(tolerating)).reason is None
+    result = classify(view_of([lost]), pod(make_gpu_pod("train", 1)))
+    assert result.reason is Reason.TAINT_NOT_TOLERATED
+    assert "not-ready" not in result.summary
+    assert classify(view_of([make_node("gpu-b", ready=False)]), pod(tolerating)).reason is None
 
 
 def test_ended_pods_free_their_gpus_and_bound_pending_pods_hold_them() -> None:

@@ -39,19 +39,33 @@ def test_tolerations(toleration: T, taint: Taint, expected: bool) -> None:
     assert tolerates(toleration, taint) is expected
 
 
-def test_only_filtering_taints_count_and_conditions_taint_too() -> None:
+def test_only_filtering_taints_count_and_a_cordon_taints_too() -> None:
     node = Node(
         "n",
         taints=(GPU, Taint("soft", "", "PreferNoSchedule"), Taint("gone", "", "NoExecute")),
-        ready=False,
         unschedulable=True,
     )
     assert [str(t) for t in untolerated(node, [T("nvidia.com/gpu", "Exists")])] == [
         "gone:NoExecute",
         "node.kubernetes.io/unschedulable:NoSchedule",
-        "node.kubernetes.io/not-ready:NoSchedule",
     ]
     assert untolerated(node, [T("", "Exists")]) == ()
+
+
+def test_a_node_not_ready_carries_only_the_taints_it_has() -> None:
+    """The scheduler reads taints, not the Ready condition: a node whose Ready is False or
+    Unknown (no kubelet heartbeat) is excluded by the `not-ready` or `unreachable` taints
+    its node lifecycle controller sets, and until it sets them it takes pods."""
+    bare = Node("n", ready=False)
+    assert untolerated(bare, [], running=False) == ()
+    unreachable = Taint("node.kubernetes.io/unreachable", "", "NoSchedule")
+    lost = Node("n", taints=(unreachable,), ready=False)
+    for running in (False, True):
+        assert untolerated(lost, [], running=running) == (unreachable,)
+        tolerating = [T("node.kubernetes.io/not-ready", "Exists")]
+        assert untolerated(lost, tolerating, running=running) == (unreachable,)
+    # would a pod run there: not before a kubelet makes it Ready
+    assert [t.key for t in untolerated(bare, [])] == ["node.kubernetes.io/not-ready"]
 
 
 @pytest.mark.parametrize(
@@ -69,6 +83,18 @@ def test_only_filtering_taints_count_and_conditions_taint_too() -> None:
         ("Lt", ("8",), "4", True),
         ("Lt", ("8",), "x", False),
         ("Gt", ("1", "2"), "8", False),
+        # Go's strconv.ParseInt(v, 10, 64), for the label and the bound alike
+        ("Gt", ("5",), "1_0", False),
+        ("Lt", ("50",), "1_0", False),
+        ("Gt", ("9",), "010", True),
+        ("Gt", ("1",), "0x10", False),
+        ("Gt", ("1",), " 5", False),
+        ("Gt", ("1",), "５", False),  # a digit, but not an ASCII one
+        ("Lt", ("+5",), "4", True),
+        ("Gt", ("-3",), "0", True),
+        ("Gt", ("1_0",), "20", False),
+        ("Gt", ("1",), "9223372036854775808", False),  # past int64
+        ("Gt", ("1",), "9223372036854775807", True),
         ("Invalid", (), "a", False),
     ],
 )

@@ -135,10 +135,9 @@ def test_a_node_and_a_quota() -> None:
     assert node.allocatable["nvidia.com/gpu"] == 0  # advertised at 0 is kept: evidence
     assert (node.ready, node.unschedulable) == (False, True)
     assert node.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
-    assert [str(t) for t in node.effective_taints] == [
+    assert [str(t) for t in node.effective_taints] == [  # not ready: no taint invented
         "nvidia.com/gpu=present:NoSchedule",
         "node.kubernetes.io/unschedulable:NoSchedule",
-        "node.kubernetes.io/not-ready:NoSchedule",
     ]
     quota_obj = make_quota("q", hard=0, used=0)
     quota_obj["spec"]["hard"]["requests.cpu"] = "10"
