@@ -52,7 +52,7 @@ class ProcessSample:
     """A compute process on a device, as NVML lists it (host PID)."""
 
     pid: int
-    used_memory_bytes: float
+    used_memory_bytes: float | None  # None where NVML cannot say (its NVML_VALUE_NOT_AVAILABLE)
     sm_utilization: float | None = None  # ratio; None where NVML cannot sample it (MIG)
 
 

@@ -24,7 +24,6 @@ from kube_gpu_exporter.exporter.snapshot import (
     DeviceSample,
     Holder,
     PodUsage,
-    ProcessSample,
 )
 
 if TYPE_CHECKING:
@@ -223,7 +222,7 @@ def _split(
     number). A holder with no process on the device uses nothing of it: 0, which is exactly
     what an idle-share alert needs — and exactly what an invisible process would fake.
     """
-    if sample.processes is None or not _lists_every_process(sample, sample.processes):
+    if sample.processes is None or not lists_every_process(sample):
         return []
     owners = {p.pid: directory.owner_of_process(p.pid) for p in sample.processes}
     if any(owner is None for owner in owners.values()):
@@ -234,7 +233,7 @@ def _split(
     for process in sample.processes:
         owner = owners[process.pid]
         assert owner is not None
-        memory[owner] += process.used_memory_bytes
+        memory[owner] += process.used_memory_bytes or 0.0  # known: lists_every_process
         util[owner] += process.sm_utilization or 0.0
     return [
         PodUsage(device, h, min(util[h], 1.0) if with_util else None, memory[h]) for h in holders
@@ -245,22 +244,40 @@ def _split(
 # from the list: the driver's own allocations stay well under it, while a CUDA context alone
 # takes a few hundred MiB and a workload far more.
 UNLISTED_MEMORY_SLACK_BYTES = 1 << 30
+# How far the listed processes' summed SM utilization may fall short of the device's before a
+# process must be missing. NVML samples the device over its last sample period and the
+# processes since the previous cycle, so a steady workload's two differ by a few points; a
+# hidden process that runs less than this is not caught, and its holder reads under the
+# default idle threshold, as it nearly is.
+UNLISTED_UTILIZATION_SLACK = 0.05
 
 
-def _lists_every_process(sample: DeviceSample, processes: tuple[ProcessSample, ...]) -> bool:
+def lists_every_process(sample: DeviceSample) -> bool:
     """Whether NVML's process list can be all there is on the device.
 
-    It cannot when the device's own readings show work that the listed processes do not
-    account for: NVML lists only the caller's PID namespace (an exporter without hostPID sees
-    an empty list on a busy GPU), and drivers and MPS set-ups hide processes for other
-    reasons. Whatever the reason, the device's memory in use beyond the listed processes', or
-    a busy device whose listed processes ran nothing, means someone is missing.
+    It cannot when NVML could not list, nor when the device's own readings show work that the
+    listed processes do not account for: NVML lists only the caller's PID namespace (an
+    exporter without hostPID sees an empty list on a busy GPU), and drivers and MPS set-ups
+    hide processes for other reasons. Someone is missing when the device holds more memory
+    than the listed processes by over the slack, and — whatever the memory, since a small
+    process hides under the slack — when the device is busy and the listed processes' SM
+    utilization falls short of it. A listed process whose memory or (on a busy device)
+    utilization NVML cannot say leaves the question open: not all, as far as anyone knows.
     """
+    processes = sample.processes
+    if processes is None:
+        return False
+    memory = [p.used_memory_bytes for p in processes]
+    if any(m is None for m in memory):
+        return False
     used = sample.values.get(c.MEMORY_USED.name)
-    listed = sum(p.used_memory_bytes for p in processes)
+    listed = sum(m for m in memory if m is not None)
     if used is not None and used - listed > UNLISTED_MEMORY_SLACK_BYTES:
         return False
-    busy = sample.values.get(c.UTILIZATION.name, 0.0) > 0
-    if busy and all(p.sm_utilization is not None for p in processes):
-        return any(p.sm_utilization for p in processes)
-    return True
+    busy = sample.values.get(c.UTILIZATION.name)
+    if not busy:
+        return True  # idle, or no utilization reading (MIG): the memory decides
+    shares = [p.sm_utilization for p in processes]
+    if any(s is None for s in shares):
+        return False
+    return sum(s for s in shares if s is not None) >= busy - UNLISTED_UTILIZATION_SLACK

@@ -13,6 +13,7 @@ from prometheus_client import Metric as Family
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter import catalog as c
+from kube_gpu_exporter.exporter.attribution.attribute import lists_every_process
 from kube_gpu_exporter.exporter.exposition.attribution_families import attribution_families
 from kube_gpu_exporter.exporter.exposition.families import add, device_labels, family
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, Snapshot
@@ -91,9 +92,12 @@ class SnapshotCollector:
                         add(fam, base | dict(zip(metric.labels, label_values, strict=True)), value)
             yield fam
 
+        # A count is only served where the list can be all there is: a busy GPU whose
+        # processes NVML does not list would read 0, which the idle rules take for "nothing
+        # runs" (the same rule decides whether a shared GPU can be split).
         processes = family(c.COMPUTE_PROCESSES)
         for device, base in zip(devices, labels, strict=True):
-            if device.processes is not None:
+            if device.processes is not None and lists_every_process(device):
                 add(processes, base, len(device.processes))
         yield processes
 

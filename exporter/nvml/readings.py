@@ -158,7 +158,8 @@ class ProcessReader:
         return tuple(
             ProcessSample(
                 pid=int(p.pid),
-                used_memory_bytes=float(p.usedGpuMemory or 0),
+                # pynvml's None is NVML_VALUE_NOT_AVAILABLE: unknown, not none used
+                used_memory_bytes=None if p.usedGpuMemory is None else float(p.usedGpuMemory),
                 sm_utilization=None if shares is None else shares.get(int(p.pid), 0.0),
             )
             for p in procs
