@@ -20,6 +20,7 @@ from typing import Final
 from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.cluster.flags import add_gpu_flags
 from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import add_flags as kubeconfig_flags
 from kube_gpu_exporter.exporter.serve.flags import add_web_flags, duration_flag, interval
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "how often to rebuild the view from the watched objects; at least 100ms",
         parse=interval,
     )
-    parser.add_argument(
-        "--kubernetes.kubeconfig",
-        dest="kubeconfig",
-        metavar="FILE",
-        help="kubeconfig to use instead of the in-cluster service account",
-    )
+    kubeconfig_flags(parser)
     add_gpu_flags(parser, "cluster.")
     logs.add_flags(parser)
 

@@ -15,6 +15,7 @@ from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
 from kube_gpu_exporter.exporter.input_errors import quoted
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import add_flags as kubeconfig_flags
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS
 from kube_gpu_exporter.exporter.serve.flags import (
     add_web_flags,
@@ -131,12 +132,7 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         help="watch this node's pods: owner and label allowlist on allocations, and the "
         "per-process split of shared GPUs (needs hostPID)",
     )
-    kube.add_argument(
-        "--kubernetes.kubeconfig",
-        dest="kubeconfig",
-        metavar="FILE",
-        help="kubeconfig to use instead of the in-cluster service account",
-    )
+    kubeconfig_flags(kube)
     kube.add_argument(
         "--kubernetes.node-name",
         dest="node_name",

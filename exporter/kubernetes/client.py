@@ -31,6 +31,7 @@ import urllib3
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.kubernetes.connection import Connection, KubernetesConfigError
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 
 __all__ = ["ApiClient", "ApiError", "KubernetesConfigError", "api_client"]
 
@@ -150,8 +151,9 @@ class ApiClient:
         self._http.clear()
 
 
-def api_client(kubeconfig: str | None) -> ApiClient:
-    """The client of the kubeconfig file's current context, or in-cluster config if None."""
+def api_client(kubeconfig: str | Kubeconfig | None) -> ApiClient:
+    """The client of the kubeconfig's chosen context (a path: that one file's current context),
+    or in-cluster config if None."""
     if kubeconfig is None:
         from kube_gpu_exporter.exporter.kubernetes.in_cluster import load_in_cluster
 

@@ -1,15 +1,18 @@
-"""A kubeconfig file's current context → a `Connection`, read as kubectl reads it.
+"""Kubeconfig files' chosen context → a `Connection`, read as kubectl reads them.
 
-The current context names a cluster (`server`, `certificate-authority[-data]`,
+The context names a cluster (`server`, `certificate-authority[-data]`,
 `insecure-skip-tls-verify`, `tls-server-name`, `proxy-url`), a user and a namespace. The
 user authenticates with a client certificate and key (files or `-data`), a bearer token
 (`token`, or `tokenFile`, which wins as in client-go and is re-read every minute), or a
-`username` and `password`. Relative paths are relative to the kubeconfig's folder; `-data`
-fields are base64 and win over their file. An `exec` plugin or an `auth-provider` (EKS, GKE,
-AKS and OIDC logins on a workstation: `explain`'s usual case) is handed to the `kubernetes`
-package's loader (plugin_auth.py), imported only then.
+`username` and `password`. `-data` fields are base64 and win over their file. An `exec`
+plugin or an `auth-provider` (EKS, GKE, AKS and OIDC logins on a workstation: `explain`'s
+usual case) is handed to the `kubernetes` package's loader (plugin_auth.py), imported only
+then, as the one context kubectl would use.
 
-One file is read (the path given, or explain's pick from $KUBECONFIG); files are not merged.
+Several files ($KUBECONFIG's) are merged as client-go merges them: the first file to name a
+cluster, user or context wins, the first non-empty current-context is the current one, and
+relative paths are relative to the folder of the file that holds their entry (so a user in
+one folder keeps its certificates when its cluster is in another). Preferences are ignored.
 Every problem is one `KubernetesConfigError` line that names the file and the field.
 """
 
@@ -31,78 +34,173 @@ from kube_gpu_exporter.exporter.kubernetes.connection import (
     KubernetesConfigError,
     server_url,
 )
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig, kubeconfig_of
 from kube_gpu_exporter.exporter.kubernetes.tls_client import client_context
 from kube_gpu_exporter.exporter.kubernetes.tokens import TokenFile, basic, bearer
 
 MAX_BYTES: Final = 16 << 20  # a kubeconfig of hundreds of clusters, each with its CA, fits
 PLUGIN_FIELDS: Final = ("exec", "auth-provider")
+SECTIONS: Final = {"clusters": "cluster", "users": "user", "contexts": "context"}
+# The file fields client-go resolves against their file's folder (ResolveLocalPaths).
+CLUSTER_PATHS: Final = ("certificate-authority",)
+USER_PATHS: Final = ("client-certificate", "client-key", "tokenFile")
 
 
 @dataclass(frozen=True)
 class Current:
-    """The current context's parts, each section's inner mapping."""
+    """The chosen context's parts, each section's inner mapping, and the file each of the
+    cluster and the user comes from (where their relative paths start)."""
 
     context: str
     cluster: Mapping[str, Any]
     user_name: str
     user: Mapping[str, Any]
     namespace: str
+    cluster_file: str = ""
+    user_file: str = ""
 
 
-def load_kubeconfig(path: str) -> Connection:
-    """The connection of the file's current context; KubernetesConfigError on any problem."""
-    source = f"kubeconfig {path}"
-    current = current_context(path)
+@dataclass(frozen=True)
+class _Entry:
+    """A named entry's inner value (checked when used) and the file that holds it."""
+
+    value: Any
+    file: str
+
+
+def load_kubeconfig(kubeconfig: str | Kubeconfig) -> Connection:
+    """The connection of the chosen context (a path: that one file's current context);
+    KubernetesConfigError on any problem."""
+    choice = kubeconfig_of(kubeconfig)
+    current = current_context(choice)
     if any(field in current.user for field in PLUGIN_FIELDS):
         from kube_gpu_exporter.exporter.kubernetes.plugin_auth import load_with_kubernetes
 
-        proxy_url = _Fields(source, "").string(current.cluster, "proxy-url")
-        return load_with_kubernetes(path, source, current.user_name, current.namespace, proxy_url)
-    fields = _Fields(source, os.path.dirname(os.path.abspath(path)))
+        proxy_url = _fields(current.cluster_file).string(current.cluster, "proxy-url")
+        return load_with_kubernetes(
+            plugin_config(current), choice.source, current.user_name, current.namespace, proxy_url
+        )
     cluster, user = current.cluster, current.user
-    server = server_url(fields.string(cluster, "server", required=True) or "", source)
+    of_cluster, of_user = _fields(current.cluster_file), _fields(current.user_file)
+    server = server_url(
+        of_cluster.string(cluster, "server", required=True) or "", of_cluster.source
+    )
     context = None
     if server.startswith("https:"):
         context = client_context(
-            source,
-            ca_file=fields.path(cluster, "certificate-authority"),
-            ca_data=_pem_text(fields.data(cluster, "certificate-authority-data")),
-            insecure=fields.flag(cluster, "insecure-skip-tls-verify"),
-            cert_file=fields.path(user, "client-certificate", "client-certificate-data"),
-            key_file=fields.path(user, "client-key", "client-key-data"),
-            cert_data=fields.data(user, "client-certificate-data"),
-            key_data=fields.data(user, "client-key-data"),
+            choice.source,
+            ca_file=of_cluster.path(cluster, "certificate-authority"),
+            ca_data=_pem_text(of_cluster.data(cluster, "certificate-authority-data")),
+            insecure=of_cluster.flag(cluster, "insecure-skip-tls-verify"),
+            cert_file=of_user.path(user, "client-certificate", "client-certificate-data"),
+            key_file=of_user.path(user, "client-key", "client-key-data"),
+            cert_data=of_user.data(user, "client-certificate-data"),
+            key_data=of_user.data(user, "client-key-data"),
         )
     return Connection(
         server=server,
-        source=source,
+        source=choice.source,
         ssl_context=context,
-        server_hostname=fields.string(cluster, "tls-server-name"),
-        authorization=_authorization(fields, user),
-        proxy_url=fields.string(cluster, "proxy-url"),
+        server_hostname=of_cluster.string(cluster, "tls-server-name"),
+        authorization=_authorization(of_user, user),
+        proxy_url=of_cluster.string(cluster, "proxy-url"),
         namespace=current.namespace,
     )
 
 
-def current_context(path: str) -> Current:
-    """The current context, its cluster and its user (`explain` also reads the namespace)."""
-    source = f"kubeconfig {path}"
-    config = _read(path, source)
-    name = config.get("current-context")
-    if not isinstance(name, str) or not name:
+def current_context(kubeconfig: str | Kubeconfig) -> Current:
+    """The chosen context (`--context`, else the current-context), its cluster and its user
+    (`explain` also reads the namespace)."""
+    choice = kubeconfig_of(kubeconfig)
+    source = choice.source
+    if not choice.files:
+        raise KubernetesConfigError(
+            f"context {choice.context!r} not found: no kubeconfig file was given or found"
+        )
+    current, merged = _merge(choice.files, source)
+    name = choice.context or current
+    if not name:
         raise KubernetesConfigError(f"{source}: no current-context is set")
-    context = _named(config, "contexts", "context", name, source)
-    where = f"{source}: context {name!r}"
-    fields = _Fields(where, "")
-    cluster_name = fields.string(context, "cluster", required=True) or ""
-    cluster = _named(config, "clusters", "cluster", cluster_name, where)
-    user_name = fields.string(context, "user") or ""
-    user = _named(config, "users", "user", user_name, where)
-    namespace = fields.string(context, "namespace") or "default"
-    return Current(name, cluster, user_name, user if user_name else {}, namespace)
+    context = _named(merged, "contexts", name, source)
+    fields = _Fields(f"kubeconfig {context.file}: context {name!r}", "")
+    where = f"{source}: context {name!r}"  # a name is looked up in every file
+    cluster_name = fields.string(context.value, "cluster", required=True) or ""
+    cluster = _named(merged, "clusters", cluster_name, where)
+    user_name = fields.string(context.value, "user") or ""
+    user = _named(merged, "users", user_name, where) if user_name else _Entry({}, context.file)
+    namespace = fields.string(context.value, "namespace") or "default"
+    return Current(name, cluster.value, user_name, user.value, namespace, cluster.file, user.file)
 
 
-def _read(path: str, source: str) -> Mapping[str, Any]:
+def plugin_config(current: Current) -> dict[str, Any]:
+    """The chosen context alone as one kubeconfig for the `kubernetes` package's loader, with
+    each relative path made absolute from its own file's folder: that loader reads one file
+    or one dict, and takes the cluster's folder for every path."""
+    cluster = _absolute(current.cluster, CLUSTER_PATHS, current.cluster_file)
+    user = _absolute(current.user, USER_PATHS, current.user_file)
+    plugin = user.get("exec")
+    if isinstance(plugin, Mapping):
+        command = plugin.get("command")
+        if isinstance(command, str) and os.sep in command and not os.path.isabs(command):
+            # client-go's rule: a command with a separator is a path from its file's folder.
+            user["exec"] = {**plugin, "command": _from(current.user_file, command)}
+    context = {"cluster": "cluster", "user": current.user_name, "namespace": current.namespace}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "cluster", "cluster": cluster}],
+        "users": [{"name": current.user_name, "user": user}],
+        "contexts": [{"name": current.context, "context": context}],
+        "current-context": current.context,
+    }
+
+
+def _absolute(section: Mapping[str, Any], keys: tuple[str, ...], file: str) -> dict[str, Any]:
+    copy = dict(section)
+    for key in keys:
+        value = copy.get(key)
+        if isinstance(value, str) and value:
+            copy[key] = _from(file, value)
+    return copy
+
+
+def _from(file: str, path: str) -> str:
+    """`path` from `file`'s folder, cleaned as Go's filepath.Join cleans it."""
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file)), path))
+
+
+def _fields(file: str) -> _Fields:
+    return _Fields(f"kubeconfig {file}", os.path.dirname(os.path.abspath(file)))
+
+
+def _merge(files: tuple[str, ...], source: str) -> tuple[str, dict[str, dict[str, _Entry]]]:
+    """The first non-empty current-context, and every section's entries by name, the first
+    file's entry winning (within a file too)."""
+    current = ""
+    merged: dict[str, dict[str, _Entry]] = {section: {} for section in SECTIONS}
+    empty = True
+    for path in files:
+        config = _read(path, f"kubeconfig {path}")
+        if config is None:
+            continue
+        empty = False
+        name = config.get("current-context")
+        if not current and isinstance(name, str):
+            current = name
+        for section, inner in SECTIONS.items():
+            entries = config.get(section)
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                    merged[section].setdefault(entry["name"], _Entry(entry.get(inner), path))
+    if empty:
+        raise KubernetesConfigError(
+            f"{source}: {'the file is' if len(files) == 1 else 'every file is'} empty"
+        )
+    return current, merged
+
+
+def _read(path: str, source: str) -> Mapping[str, Any] | None:
+    """The file's mapping; None for an empty file (it adds nothing to a merge)."""
     if not os.path.isfile(path):
         raise KubernetesConfigError(f"{source}: no such file")
     try:
@@ -123,55 +221,50 @@ def _read(path: str, source: str) -> Mapping[str, Any]:
     except RecursionError:
         raise KubernetesConfigError(f"{source}: not valid YAML: nested too deeply") from None
     if loaded is None:
-        raise KubernetesConfigError(f"{source}: the file is empty")
+        return None
     if not isinstance(loaded, Mapping):
         raise KubernetesConfigError(f"{source}: not a kubeconfig (a YAML mapping of clusters…)")
     return loaded
 
 
-def _named(
-    config: Mapping[str, Any], section: str, inner: str, name: str, where: str
-) -> Mapping[str, Any]:
-    """The inner mapping of the `section` entry called `name` ({} for the empty name)."""
-    if not name:
-        return {}
-    entries = config.get(section)
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, Mapping) and entry.get("name") == name:
-            value = entry.get(inner)
-            if value is None:
-                return {}
-            if not isinstance(value, Mapping):
-                raise KubernetesConfigError(f"{where}: {inner} {name!r} is not a mapping")
-            return value
-    raise KubernetesConfigError(f"{where}: {inner} {name!r} not found in {section}")
+def _named(merged: dict[str, dict[str, _Entry]], section: str, name: str, where: str) -> _Entry:
+    """The `section` entry called `name`, its inner value a mapping ({} for none)."""
+    inner = SECTIONS[section]
+    entry = merged[section].get(name)
+    if entry is None:
+        raise KubernetesConfigError(f"{where}: {inner} {name!r} not found in {section}")
+    if entry.value is None:
+        return _Entry({}, entry.file)
+    if not isinstance(entry.value, Mapping):
+        raise KubernetesConfigError(f"kubeconfig {entry.file}: {inner} {name!r} is not a mapping")
+    return entry
 
 
 class _Fields:
     """Typed reads of one section's fields; a wrong type is a one-line error naming it."""
 
     def __init__(self, source: str, base: str) -> None:
-        self._source = source
+        self.source = source
         self._base = base
 
     def string(self, section: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
         value = section.get(key)
         if value is None or value == "":
             if required:
-                raise KubernetesConfigError(f"{self._source}: {key} is not set")
+                raise KubernetesConfigError(f"{self.source}: {key} is not set")
             return None
         if not isinstance(value, str):
-            raise KubernetesConfigError(f"{self._source}: {key} is not a string")
+            raise KubernetesConfigError(f"{self.source}: {key} is not a string")
         return value
 
     def flag(self, section: Mapping[str, Any], key: str) -> bool:
         value = section.get(key, False)
         if not isinstance(value, bool):
-            raise KubernetesConfigError(f"{self._source}: {key} is not true or false")
+            raise KubernetesConfigError(f"{self.source}: {key} is not true or false")
         return value
 
     def path(self, section: Mapping[str, Any], key: str, data_key: str = "") -> str | None:
-        """A file field as a path from the kubeconfig's folder; None if its -data is given."""
+        """A file field as a path from its file's folder; None if its -data is given."""
         value = self.string(section, key)
         if value is None or (data_key and section.get(data_key)):
             return None
@@ -184,7 +277,7 @@ class _Fields:
         try:
             return base64.b64decode("".join(value.split()), validate=True)
         except (binascii.Error, ValueError):
-            raise KubernetesConfigError(f"{self._source}: {key} is not base64") from None
+            raise KubernetesConfigError(f"{self.source}: {key} is not base64") from None
 
 
 def _pem_text(data: bytes | None) -> str | None:
@@ -195,7 +288,7 @@ def _pem_text(data: bytes | None) -> str | None:
 
 
 def _authorization(fields: _Fields, user: Mapping[str, Any]) -> Authorization | None:
-    source = fields._source
+    source = fields.source
     token_file = fields.path(user, "tokenFile")
     if token_file is not None:
         return TokenFile(token_file, source)

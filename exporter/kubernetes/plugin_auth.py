@@ -9,14 +9,17 @@ what that loader already implements and keeps current. The DaemonSet and the clu
 Deployment use their service account (in_cluster.py) and never load it: the package costs
 ~0.5 s and tens of MiB, paid here only by the users who need it.
 
-Only the credentials are taken from the loader; requests still go through our client. The
-loader's refresh hook runs the plugin again when its credential expires; it is called with
-a lock held, since the watches ask from their own threads.
+The loader is given the one context kubeconfig.py chose, as a dict (`plugin_config`), its
+paths already absolute: from the files it would resolve a user's paths against its cluster's
+folder. Only the credentials are taken from the loader; requests still go through our
+client. The loader's refresh hook runs the plugin again when its credential expires; it is
+called with a lock held, since the watches ask from their own threads.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from kube_gpu_exporter.exporter.kubernetes.connection import (
@@ -41,10 +44,11 @@ class PluginToken:
 
 
 def load_with_kubernetes(
-    path: str, source: str, user: str, namespace: str, proxy_url: str | None
+    config: Mapping[str, Any], source: str, user: str, namespace: str, proxy_url: str | None
 ) -> Connection:
-    """The connection the `kubernetes` package's loader makes of the current context.
-    `proxy_url` is the cluster's own (an environment proxy is the client's choice)."""
+    """The connection the `kubernetes` package's loader makes of `config`, the chosen context
+    alone (its current-context). `proxy_url` is the cluster's own (an environment proxy is
+    the client's choice)."""
     try:
         import kubernetes
     except ImportError:
@@ -54,8 +58,10 @@ def load_with_kubernetes(
         ) from None
     configuration = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_kube_config(
-            config_file=path, client_configuration=configuration, persist_config=False
+        kubernetes.config.load_kube_config_from_dict(
+            config_dict=config,
+            client_configuration=configuration,
+            persist_config=False,
         )
     except Exception as exc:  # ConfigException, the plugin's own failures, OS errors alike
         message = " ".join(str(exc).split()) or type(exc).__name__

@@ -25,24 +25,28 @@ from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubernetes.client import Request, api_client
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import classify, status_code, summary
 
 TIMEOUT: Final = (10.0, 60.0)  # seconds: connect, read
 DEFAULT_KUBECONFIG: Final = Path("~/.kube/config")
 
 
-def default_kubeconfig() -> str | None:
-    """kubectl's order: $KUBECONFIG (its first file that exists), then ~/.kube/config; None
-    (in-cluster config) when neither exists."""
-    for candidate in os.environ.get("KUBECONFIG", "").split(os.pathsep):
-        if candidate and os.path.isfile(candidate):
-            return candidate
-    home = DEFAULT_KUBECONFIG.expanduser()
-    return str(home) if home.is_file() else None
+def default_kubeconfig(path: str | None = None, context: str | None = None) -> Kubeconfig | None:
+    """kubectl's choice: `--kubeconfig`'s one file; else $KUBECONFIG's files that exist,
+    merged in order (never ~/.kube/config once $KUBECONFIG names a file); else
+    ~/.kube/config. None (in-cluster config) when there is no file and no `--context`."""
+    if path:
+        return Kubeconfig((path,), context)
+    listed = [name for name in os.environ.get("KUBECONFIG", "").split(os.pathsep) if name]
+    if not listed:
+        listed = [str(DEFAULT_KUBECONFIG.expanduser())]
+    files = tuple(dict.fromkeys(name for name in listed if os.path.isfile(name)))
+    return Kubeconfig(files, context) if files or context else None
 
 
-def context_namespace(kubeconfig: str | None) -> str:
-    """The namespace of the kubeconfig's current context (in-cluster: the pod's own), else
+def context_namespace(kubeconfig: Kubeconfig | None) -> str:
+    """The namespace of the kubeconfig's chosen context (in-cluster: the pod's own), else
     "default", as kubectl picks it when -n is not given."""
     try:
         if kubeconfig is None:
@@ -65,7 +69,7 @@ class ClusterRead:
 class ApiReader:
     """Reads the cluster through one API client; every method raises InputError on failure."""
 
-    def __init__(self, kubeconfig: str | None, settings: ClusterSettings) -> None:
+    def __init__(self, kubeconfig: Kubeconfig | None, settings: ClusterSettings) -> None:
         self._client = api_client(kubeconfig)  # KubernetesConfigError is an InputError
         self._settings = settings
         self.host = self._client.host

@@ -42,7 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="kubeconfig to use (default $KUBECONFIG, ~/.kube/config, else in-cluster config)",
+        help="kubeconfig to use (default $KUBECONFIG's files, merged, or ~/.kube/config, else "
+        "in-cluster config)",
+    )
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="the kubeconfig context to use (default: its current-context)",
     )
     add_gpu_flags(parser)
     parser.add_argument(
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     admitted = not args.filename
     try:
         name = _pod_name(args)
-        kubeconfig = args.kubeconfig or default_kubeconfig()
+        kubeconfig = default_kubeconfig(args.kubeconfig, args.context)
         namespace = args.namespace or context_namespace(kubeconfig)
         if args.filename:
             pod = load_manifest(args.filename, namespace)
