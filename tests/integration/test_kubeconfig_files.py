@@ -1,12 +1,14 @@
 """`explain` with `KUBECONFIG=a:b:c` against the test API server: split files give the answer
 one merged file gives, `--context` picks another cluster, and `--kubeconfig` reads its file
-alone. Also: a merged exec-plugin user through the `kubernetes` package's loader, and
-`cluster` refusing an unknown `--kubernetes.context` in one line."""
+alone; the same against a real API server (`k8s`), with the CA and the token file relative to
+different files. Also: a merged exec-plugin user through the `kubernetes` package's loader,
+and `cluster` refusing an unknown `--kubernetes.context` in one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from control_plane import run_control_plane
 
 from cluster_objects import make_gpu_pod, make_node, scenarios
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
@@ -179,3 +182,58 @@ def test_cluster_refuses_an_unknown_context_in_one_line(
     )
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "context 'nowhere' not found in contexts" in result.stderr
+
+
+@pytest.mark.k8s
+def test_split_files_against_a_real_api_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with run_control_plane(tmp_path / "plane") as plane:
+        plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "ml"}})
+        node = make_node("gpu-a", gpus=2)
+        node["metadata"].pop("uid")
+        plane.ok("POST", "/api/v1/nodes", node)
+        waiting = make_gpu_pod("big", 4, "ml")
+        for key in ("uid", "creationTimestamp"):
+            waiting["metadata"].pop(key)
+        plane.ok("POST", "/api/v1/namespaces/ml/pods", waiting)
+
+        clusters = {"real": {"server": plane.url, "certificate-authority": "ca.crt"}}
+        users = {"admin": {"tokenFile": "token"}, "stranger": {"token": "not-a-token"}}
+        contexts = {
+            "main": {"cluster": "real", "user": "admin", "namespace": "ml"},
+            "stranger": {"cluster": "real", "user": "stranger", "namespace": "ml"},
+        }
+        for folder in ("pki", "users", "merged"):
+            (tmp_path / folder).mkdir()
+        for folder in ("pki", "merged"):
+            shutil.copy(plane.ca_file, tmp_path / folder / "ca.crt")
+        for folder in ("users", "merged"):
+            (tmp_path / folder / "token").write_text(plane.token)
+        split = [
+            write(tmp_path / "pki" / "a.yaml", {"clusters": section("clusters", clusters)}),
+            write(tmp_path / "users" / "b.yaml", {"users": section("users", users)}),
+            write(
+                tmp_path / "c.yaml",
+                {"contexts": section("contexts", contexts), "current-context": "main"},
+            ),
+        ]
+        merged = write(
+            tmp_path / "merged" / "config",
+            {
+                "clusters": section("clusters", clusters),
+                "users": section("users", users),
+                "contexts": section("contexts", contexts),
+                "current-context": "main",
+            },
+        )
+        answers = []
+        for files in (split, [merged]):
+            monkeypatch.setenv("KUBECONFIG", os.pathsep.join(files))
+            status, out, err = main(["explain", "big", "--color=never"]), *capsys.readouterr()
+            assert status == 1 and "pod ml/big (" in out and "gpu-a" in out, out + err
+            answers.append(out)
+            status, out, err = main(["explain", "big", "--context=stranger"]), *capsys.readouterr()
+            assert (status, out) == (2, "") and err.count("\n") == 1, err
+            assert "401" in err, err
+    assert answers[0] == answers[1]
