@@ -1,4 +1,4 @@
-"""Shared GPUs whose busy processes NVML does not list, on a hostPID node (issue 30).
+"""Shared GPUs whose busy processes NVML does not list, on a hostPID node.
 
 The exporter runs as `serve` in the host's PID namespace over the real pynvml and the fake
 libnvidia-ml, with the pod watch and a procfs tree that ties the listed processes to their

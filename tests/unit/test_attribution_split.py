@@ -1,4 +1,4 @@
-"""When NVML's process list can be all there is on a device (issue 30).
+"""When NVML's process list can be all there is on a device.
 
 The split of a shared GPU among its holders, and the device's compute process count, are only
 known where the listed processes account for what the device's own readings show. A process
