@@ -10,12 +10,14 @@ the consequences that still hold notify as usual; a consequence silenced while i
 sends no misleading "resolved".
 
 A rule can only silence alerts that carry its `equal` labels. The idle alert is one per
-workload, with no node or GPU: a lost GPU reaches it through its holder's labels, which GPULost
-carries where one pod holds the GPU (`Query.with_holder`, its `workload` named as the idle
-alert names it) — so a time-sliced GPU's loss does not silence its sharers' idle alerts, and a
-down exporter does not silence the idle alerts of its node's workloads (they resolve after
-`keep_firing_for`). tests/unit/test_inhibitions.py holds every rule to the labels the alerts
-really carry.
+workload, with no node or GPU: a lost GPU reaches it through its holders' labels, so GPULost
+fires once per workload holding the GPU (`Query.per_workload`, its `workload` named as the
+idle alert names it) — every sharer of a time-sliced GPU is reached; the routing example pages
+once per GPU. The whole idle alert of such a workload is silenced, its other idle GPUs
+included: they are most likely idle because of the loss (a job's ranks wait on the lost one),
+and the idle alert notifies once GPULost no longer names the workload. A down exporter does
+not silence the idle alerts of its node's workloads (they resolve after `keep_firing_for`).
+tests/unit/test_inhibitions.py holds every rule to the labels the alerts really carry.
 
 `generate` writes them to alertmanager-inhibit-rules.yaml for the `inhibit_rules:` section of
 an Alertmanager configuration (kube-prometheus keeps its own there too); the demo's

@@ -55,6 +55,18 @@ def settled(expr: str) -> str:
     return f"round({expr}, 0.000001)"
 
 
+def rose(counter: str, window: str) -> str:
+    """Where `counter` rose within `window`, the counted rise as value, over the same window
+    on both Prometheus generations.
+
+    Prometheus 3's range is left-open: `increase(x[w])` no longer holds the last sample from
+    before a rise once the rise is one scrape short of `w` old, so a single event stops firing
+    one interval before Prometheus 2 lets it go. The instant difference with `x offset w`
+    (the last sample at or before `t - w`, the same on both) keeps it for the whole window;
+    `increase` still counts what follows a reset, and a rise after a gap at `t - w`."""
+    return f"increase({counter}[{window}]) > 0\nor\n{counter} - {counter} offset {window} > 0"
+
+
 def by(labels: tuple[str, ...]) -> str:
     """` by (a, b)`, or nothing for an empty list (a plain aggregation)."""
     return f" by ({', '.join(labels)})" if labels else ""
@@ -175,6 +187,31 @@ class Query:
         per-device memory rules, since their framebuffer is the sum of their instances'."""
         info = self.sel(c.GPU_INFO, 'parent_uuid!=""')
         return f'label_replace({info}, "uuid", "$1", "parent_uuid", "(.+)")'
+
+    def per_workload(self, device_expr: str) -> str:
+        """`device_expr` (one series per physical GPU, labelled by `device_display` alone) once
+        per workload holding the GPU or one of its MIG slices, each carrying that workload's
+        namespace, owner and `workload` (and its pod where it has one pod there); a GPU nobody
+        holds keeps its one series. A time-sliced GPU's sharers are several workloads, or one
+        workload's several pods: an inhibit rule keyed on the workload reaches each of them,
+        where one alert per GPU could name none."""
+        owners = ("namespace", "owner_kind", "owner_name")
+        on_gpu = 'label_replace({}, "uuid", "$1", "parent_uuid", "(.+)")'  # a slice: its GPU
+        pods = with_workload(
+            agg("max", (*self.device, "pod", *owners), on_gpu.format(self.sel(c.ALLOCATION_INFO)))
+        )
+        workload = (*self.device, "namespace", "workload")
+        one_pod = f"{pods}\n  and {self.on(workload)}\n{agg('count', workload, pods)} == 1"
+        several = agg("max", (*self.device, *owners, "workload"), pods)
+        workloads = f"{one_pod}\nor {self.on(workload)}\n{several}"
+        extra = [k for k in self.device_display if k not in self.device]
+        return (
+            f"(\n{device_expr}\n)\n"
+            f"  * {self.on(self.device)} group_right ({', '.join(extra)})\n"
+            f"({workloads})\n"
+            f"or {self.on(self.device)}\n"
+            f"(\n{device_expr}\n)"
+        )
 
     def with_holder(self, device_expr: str) -> str:
         """`device_expr` (one series per device) with its holder's namespace, pod and owner

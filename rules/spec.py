@@ -41,6 +41,10 @@ class AlertSpec(Generic[S]):
     # A device alert: where exactly one pod holds the device, the alert carries that pod's
     # namespace, pod and owner (`Query.with_holder`), so it routes to the team using it.
     holders: bool = False
+    # A device alert raised once per workload holding the GPU (`Query.per_workload`), so that
+    # an inhibit rule keyed on the workload reaches every sharer of a time-sliced GPU; its
+    # rule's expression must be labelled by `Query.device_display` alone.
+    per_workload: bool = False
 
     @property
     def defaults(self) -> S:
@@ -56,7 +60,11 @@ class AlertSpec(Generic[S]):
         settings = self.of(q.config)
         text = self.rule(settings, q)
         labels = {**q.config.alert_labels, **settings.labels}
-        expr = q.with_holder(text.expr) if self.holders else text.expr
+        expr = text.expr
+        if self.per_workload:
+            expr = q.per_workload(expr)
+        elif self.holders:
+            expr = q.with_holder(expr)
         return AlertRule(
             self.name,
             expr,

@@ -7,7 +7,8 @@ first samples is 0, so a first event needs two more arms, both keyed on
 `kube_gpu_exporter_xid_watch_start_timestamp_seconds`, the Unix time the exporter began
 counting (its start, or NVML's re-initialisation):
 
-1. `increase(x[w]) > 0`: a counter that rose within the window; a reset (a restarted
+1. `increase(x[w]) > 0 or x - x offset w > 0` (`promql.rose`): a counter that rose within
+   the window, for the whole window on both Prometheus generations; a reset (a restarted
    exporter's counter, back from 3 to 1) counts what came after it.
 2. `x > 0 and on (node) time() - start < w`: counting began within the window, so every
    count is an event within it. A first Xid right after a restart or a reboot is caught even
@@ -28,7 +29,7 @@ The exporter's clock and Prometheus' must agree to well within the window (NTP d
 from __future__ import annotations
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.rules.promql import Query
+from kube_gpu_exporter.rules.promql import Query, rose
 
 
 def xid_events(q: Query, window: str, seconds: str, *matchers: str) -> str:
@@ -36,12 +37,12 @@ def xid_events(q: Query, window: str, seconds: str, *matchers: str) -> str:
     code where an Xid came within `window` (`seconds`: the same window as a number, which
     PromQL needs beside `time()`). Each arm is already `> 0`: an `or` keeps the left value of a
     series, so a 0 from arm 1 would hide arms 2 and 3. The value is the events counted (arm
-    1's extrapolated increase, else the counter)."""
+    1's rise, else the counter)."""
     counter = q.sel(c.XID_ERRORS, *matchers)
     start = q.sel(c.XID_WATCH_START)
     on = q.on(q.node)
     return (
-        f"  increase({counter}[{window}]) > 0\n"
+        f"{rose(counter, window)}\n"
         "or\n"
         f"  {counter} > 0 and {on} time() - {start} < {seconds}\n"
         "or\n"
@@ -62,9 +63,9 @@ def xid_events_over(q: Query, period: str, seconds: str, *matchers: str) -> str:
     counter = q.sel(c.XID_ERRORS, *matchers)
     start = q.sel(c.XID_WATCH_START)
     on = q.on(q.node)
-    rose = f"increase({counter}[{period}])"
+    risen = f"increase({counter}[{period}])"
     highest = f"max_over_time({counter}[{period}])"
     born = f"({highest} unless {counter} offset {period}) and {on} {start} offset {period}"
     fresh = f"{highest} and {on} min_over_time({start}[{period}]) > time() - {seconds}"
-    either = f"({rose} > ({born}) or ({born}) or {rose})"
+    either = f"({risen} > ({born}) or ({born}) or {risen})"
     return f"({either} > ({fresh}) or ({fresh}) or {either}) > 0"

@@ -11,9 +11,10 @@ from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.catalog.xid import HARDWARE_XIDS
 from kube_gpu_exporter.rules.alert_text import AlertText, device
 from kube_gpu_exporter.rules.alerts import xid_events as xe
-from kube_gpu_exporter.rules.promql import Query, agg
+from kube_gpu_exporter.rules.promql import Query, agg, rose
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
+    Check,
     Firing,
     Series,
     World,
@@ -96,9 +97,9 @@ class EccAlert(AlertSettings):
 
 
 def _ecc_rule(a: EccAlert, q: Query) -> AlertText:
-    errors = agg("max", q.device_display, f"increase({q.sel(c.ECC_UNCORRECTED)}[{a.window}])")
+    errors = agg("max", q.device_display, f"\n{rose(q.sel(c.ECC_UNCORRECTED), a.window)}\n")
     return AlertText(
-        f"{errors} > 0",
+        errors,
         f"{device(q)} counted uncorrectable (double-bit) ECC errors in the last {a.window}, "
         "over the threshold of 0. Data in its framebuffer was corrupted; the process that "
         "touched it was killed.",
@@ -106,15 +107,24 @@ def _ecc_rule(a: EccAlert, q: Query) -> AlertText:
 
 
 def _ecc_case(a: EccAlert, w: World) -> Case:
+    """GPU 0's counter rises every minute from `start`, GPU 1's old errors stay flat, GPU 2
+    counts one error at `start`: it fires to the last minute of the window after it, and not a
+    minute longer, on both Prometheus generations (a left-open range alone loses that minute)."""
     held, span = minutes(a.for_), minutes(a.window)
     start = span + 10
-    n = start + held + 10
+    n = start + max(held, span) + 10
     series = (
         s(c.ECC_UNCORRECTED, w.dev("a", 0), f"0+0x{start - 1} 1+1x{n}"),  # rising from `start`
         s(c.ECC_UNCORRECTED, w.dev("a", 1), steady(3, start + n)),  # old errors, flat
+        s(c.ECC_UNCORRECTED, w.dev("a", 2), f"3+0x{start - 1} {steady(4, n - start)}"),
     )
-    # GPU 0's first error is at `start`: nothing a minute before `for` has held, then it fires.
-    return Case(series, edges(a.for_, (Firing(w.dev_out("a", 0), 0),), start))
+    rising = Firing(w.dev_out("a", 0), 0)
+    once = held < span  # GPU 2's one error stays in the window long enough to outlast `for`
+    firing = (rising, Firing(w.dev_out("a", 2), 0)) if once else (rising,)
+    last = start + span - 1  # the last minute GPU 2's error is within the window
+    ends = (Check(last, firing), Check(last + 1, (rising,))) if once else ()
+    # The first errors are at `start`: nothing a minute before `for` has held, then it fires.
+    return Case(series, (*edges(a.for_, firing, start), *ends))
 
 
 def _ecc_runbook(a: EccAlert, q: Query) -> Runbook:
@@ -165,7 +175,7 @@ class LostAlert(AlertSettings):
 def _lost_rule(a: LostAlert, q: Query) -> AlertText:
     whole_gpus = q.sel(c.GPU_UP, 'parent_uuid=""')  # a lost GPU's MIG instances go with it
     return AlertText(
-        f"{whole_gpus} == 0",
+        f"{agg('max', q.device_display, whole_gpus)} == 0",
         f"{device(q)} has not answered NVML for {a.for_} (nvidia_gpu_up is 0): it has "
         "fallen off the bus or needs a reset. Pods on it are failing.",
     )
@@ -175,22 +185,67 @@ def _lost_rule(a: LostAlert, q: Query) -> AlertText:
 # do (`workload`), which is how the generated inhibit rule silences its idle alert.
 LOST_HOLDER = {"namespace": "team-c", "pod": "train-x"}
 LOST_HOLDER_OWNER = {"owner_kind": "Deployment", "owner_name": "train"}
+# A lost time-sliced GPU: two pods of a Deployment, a bare pod and a Job's pod share it; and
+# one that four pods of one Deployment share. GPULost fires once per workload.
+LOST_SHARERS = (
+    ("team-s", "serve-a", {"owner_kind": "Deployment", "owner_name": "serve"}),
+    ("team-s", "serve-b", {"owner_kind": "Deployment", "owner_name": "serve"}),
+    ("team-s", "notebook-z", {}),
+    ("team-t", "eval-1", {"owner_kind": "Job", "owner_name": "eval"}),
+)
+LOST_REPLICAS = tuple(
+    ("team-u", f"infer-{k}", {"owner_kind": "Deployment", "owner_name": "infer"}) for k in range(4)
+)
 
 
 def _lost_case(a: LostAlert, w: World) -> Case:
     n = minutes(a.for_) + 10
     mig = w.dev("a", 0) | {"uuid": "MIG-a-0-1", "parent_uuid": uuid("a", 0)}
-    held = w.pod("a", 2, **LOST_HOLDER) | LOST_HOLDER_OWNER
-    series = (
+    slice5 = {"uuid": "MIG-a-5-1", "parent_uuid": uuid("a", 5)}
+    holds = [
+        (2, *LOST_HOLDER.values(), LOST_HOLDER_OWNER),
+        *((3, *sharer) for sharer in LOST_SHARERS),
+        *((4, *replica) for replica in LOST_REPLICAS),
+        (6, "team-w", "busy-0", {}),  # a GPU that answers: no alert
+    ]
+    series = [
         s(c.GPU_UP, w.dev("a", 0), steady(0, n)),
         s(c.GPU_UP, mig, steady(0, n)),  # goes with its parent: no alert of its own
         s(c.GPU_UP, w.dev("a", 1), steady(1, n)),
-        s(c.GPU_UP, w.dev("a", 2), steady(0, n)),
-        Series(c.ALLOCATION_INFO.name, held, steady(1, n)),
+        *(s(c.GPU_UP, w.dev("a", gpu), steady(0, n)) for gpu in (2, 3, 4, 5)),
+        s(c.GPU_UP, w.dev("a", 5) | slice5, steady(0, n)),
+        s(c.GPU_UP, w.dev("a", 6), steady(1, n)),
+        Series(c.ALLOCATION_INFO.name, w.pod("a", 5, "team-v", "mig-0") | slice5, steady(1, n)),
+    ]
+    series += [
+        Series(c.ALLOCATION_INFO.name, w.pod("a", gpu, ns, pod) | owner, steady(1, n))
+        for gpu, ns, pod, owner in holds
+    ]
+
+    def pods(gpu: int) -> tuple[dict[str, str], ...]:
+        """What the description lists: every pod on the GPU, by name."""
+        found = ({"namespace": ns, "pod": pod} for g, ns, pod, _ in holds if g == gpu)
+        return tuple(sorted(found, key=lambda p: p["pod"]))
+
+    def workload(gpu: int, namespace: str, **owner: str) -> Firing:
+        """GPULost of a workload with several pods on the GPU: no pod named."""
+        labels = w.dev_out("a", gpu, namespace=namespace, workload=owner["owner_name"], **owner)
+        return Firing(labels, 0, pods(gpu))
+
+    def pod(gpu: int, namespace: str, name: str, **owner: str) -> Firing:
+        return Firing(w.held_out("a", gpu, namespace, name, **owner), 0, pods(gpu))
+
+    serve, eval_ = LOST_SHARERS[0][2], LOST_SHARERS[3][2]
+    firing = (
+        Firing(w.dev_out("a", 0), 0),
+        pod(2, *LOST_HOLDER.values(), **LOST_HOLDER_OWNER),
+        workload(3, "team-s", **serve),
+        pod(3, "team-s", "notebook-z"),
+        pod(3, "team-t", "eval-1", **eval_),
+        workload(4, "team-u", **LOST_REPLICAS[0][2]),
+        pod(5, "team-v", "mig-0"),  # holds a MIG slice of the lost GPU
     )
-    holder = w.held_out("a", 2, **LOST_HOLDER, **LOST_HOLDER_OWNER)
-    firing = (Firing(w.dev("a", 0), 0), Firing(w.dev("a", 2) | holder, 0, (LOST_HOLDER,)))
-    return Case(series, edges(a.for_, firing))
+    return Case(tuple(series), edges(a.for_, firing))
 
 
 def _lost_runbook(a: LostAlert, q: Query) -> Runbook:
@@ -199,11 +254,18 @@ def _lost_runbook(a: LostAlert, q: Query) -> Runbook:
             f"The exporter has read `nvidia_gpu_up 0` for the GPU for {a.for_}: NVML "
             "answers `GPU_IS_LOST` — the GPU fell off the PCIe bus (Xid 79) or is stuck "
             "needing a reset. Its MIG instances are lost with it. The other GPUs of the "
-            "node keep reporting."
+            "node keep reporting. The alert fires once per workload holding the GPU or one "
+            "of its MIG slices (a time-sliced GPU's sharers: each workload, with its pod "
+            "where it has one there), and once with no workload where nobody holds it."
         ),
         impact=(
             "Every pod on the GPU is failing or hung; the device plugin will mark it "
-            "unhealthy, and the node advertises one GPU fewer (GPUPartiallyAdvertised)."
+            "unhealthy, and the node advertises one GPU fewer (GPUPartiallyAdvertised). "
+            "With the generated inhibit rules, the GPU's other alerts and the idle alert "
+            "(GPUAllocatedIdle) of every workload that holds it stay silent while this "
+            "fires — the workload's other GPUs included, since a job's other ranks wait "
+            "on the lost one; an idle alert that still fires is sent once the workload "
+            "no longer holds the lost GPU."
         ),
         diagnosis="\n\n".join(
             (
@@ -232,7 +294,7 @@ GPU_LOST = AlertSpec(
     rule=_lost_rule,
     cases=_lost_case,
     runbook=_lost_runbook,
-    holders=True,
+    per_workload=True,
 )
 
 SPECS = (GPU_XID_ERRORS, GPU_ECC_UNCORRECTABLE, GPU_LOST)

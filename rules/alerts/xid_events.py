@@ -120,8 +120,8 @@ def xid_case(a: XidAlert, w: World) -> Case:
     held, span = minutes(a.for_), minutes(a.window)
     start = span + 10  # every node has counted for longer than the window by then
     first = start + 1  # the minute every counter that must fire first rises
-    last = first + held  # the last check: both edges of `for`, counted from `first`
-    end = last + 10  # samples up to this minute
+    last = first + held  # the check on the far edge of `for`, counted from `first`
+    end = first + max(held, span) + 10  # samples up to this minute
     x = {"xid": str(a.xids[0])}
     other = {"xid": str(other_xid(w.q.config, a))}
     single = held + 1 < span  # a single event stays in the window long enough to outlast `for`
@@ -147,18 +147,27 @@ def xid_case(a: XidAlert, w: World) -> Case:
         s(c.XID_WATCH_START, w.node("d"), f"0+0x1 _x{first - 3} {rest(first - 1, 0)}"),
         dev("d", 0, f"2+0x1 _x{first - 3} {rest(first - 1, 2)}"),
     ]
-    firing = [Firing(w.dev_out("a", 0, **x), 0)]
+    rising = Firing(w.dev_out("a", 0, **x), 0)
+    firing = [rising]
+    ends: tuple[Check, ...] = ()
     if single:
         begun = last - held  # node e's first scrape: its counter holds for `for` at `last`
         began = last * 60 - duration_seconds(a.window)  # node e's start: a window before `last`
         series += [
             dev("a", 1, later(first, rest(first, 1))),
+            dev("a", 4, f"1+0x{first - 1} {rest(first, 2)}"),
             dev("a", 6, later(first, rest(first, 0))),
             dev("b", 1, f"2+0x{restart - 1} stale {rest(first, 1)}"),
             dev("c", 1, later(first, rest(first, 1))),
             s(c.XID_WATCH_START, w.node("e"), later(begun, rest(begun, began))),
             dev("e", 0, later(begun, rest(begun, 1))),
         ]
-        firing += [Firing(w.dev_out(node, 1, **x), 0) for node in ("a", "b", "c")]
+        fresh = [
+            Firing(w.dev_out(node, gpu, **x), 0) for node, gpu in (("a", 1), ("a", 4), ("b", 1))
+        ]
+        firing += [*fresh, Firing(w.dev_out("c", 1, **x), 0)]
+        # The window's far edge: the events at `first` fire to its last minute and not one
+        # more, on both Prometheus generations (c1's exporter began counting a minute early).
+        ends = (Check(first + span - 1, (rising, *fresh)), Check(first + span, (rising,)))
     # Nothing before any event; then both edges of `for`, counted from `first`.
-    return Case(tuple(series), (Check(start - 1, ()), *edges(a.for_, tuple(firing), first)))
+    return Case(tuple(series), (Check(start - 1, ()), *edges(a.for_, tuple(firing), first), *ends))

@@ -3,11 +3,12 @@ current one built), routed as docs/examples/alertmanager-routing.yaml: one notif
 
 Alerts are posted to Alertmanager's API as Prometheus would send them; the webhook receiver
 records what reaches people. A lost GPU with its Xid 79, its holder's idle workload alert and
-its node's missing device must notify once; an overheating GPU's throttling, an ECC error's
-Xid 48 and a down exporter's GPU alerts stay silent; the same kind of alert on another GPU,
-node or workload still comes. The lost GPU and the idle workload carry exactly the labels
-their promtool cases prove the generated rules give them — the idle alert is one per
-workload, with no node or GPU label to match on.
+its node's missing device must notify once; so must a lost time-sliced GPU, whose GPULost
+fires once per sharing workload, with every sharer's idle alert; an overheating GPU's
+throttling, an ECC error's Xid 48 and a down exporter's GPU alerts stay silent; the same kind
+of alert on another GPU, node or workload still comes. The lost GPUs and the idle workloads
+carry exactly the labels their promtool cases prove the generated rules give them — the idle
+alert is one per workload, with no node or GPU label to match on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import subprocess
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kube_gpu_exporter.rules.alerts import SPECS
-from kube_gpu_exporter.rules.alerts.device_faults import LOST_HOLDER
+from kube_gpu_exporter.rules.alerts import BY_NAME, SPECS
+from kube_gpu_exporter.rules.alerts.device_faults import LOST_HOLDER, LOST_REPLICAS, LOST_SHARERS
+from kube_gpu_exporter.rules.alerts.workloads import WORKLOAD
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 from kube_gpu_exporter.rules.promtool_cases import World
@@ -42,12 +45,15 @@ def alert(name: str, **labels: str) -> dict[str, Any]:
 
 
 def raised(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Alert `name` with `labels` and its default severity, as the generated rule raises it
+    (the routing example routes on severity)."""
     now = datetime.datetime.now(datetime.UTC).isoformat()
-    return {"labels": {"alertname": name, **labels}, "startsAt": now}
+    severity = BY_NAME[name].defaults.severity
+    return {"labels": {"alertname": name, "severity": severity, **labels}, "startsAt": now}
 
 
-def proven(name: str, **match: str) -> dict[str, str]:
-    """The labels alert `name` fires with in its promtool case, where they include `match`."""
+def proven_all(name: str, **match: str) -> list[dict[str, str]]:
+    """The label sets alert `name` fires with in its promtool case that include `match`."""
     w = World(Config())
     (spec,) = [s for s in SPECS if s.name == name]
     found = [
@@ -57,7 +63,19 @@ def proven(name: str, **match: str) -> dict[str, str]:
         if match.items() <= dict(f.labels).items()
     ]
     assert found, (name, match)
-    return found[0]
+    return [dict(t) for t in dict.fromkeys(tuple(sorted(f.items())) for f in found)]
+
+
+def proven(name: str, **match: str) -> dict[str, str]:
+    """The first label set alert `name` fires with in its promtool case, including `match`."""
+    return proven_all(name, **match)[0]
+
+
+def idle_of(lost: dict[str, str]) -> dict[str, str]:
+    """The idle alert of the workload a GPULost names: the labels the idle rule aggregates
+    by (its promtool case proves that shape for the workloads it holds)."""
+    keys = (*World(Config()).scope, *WORKLOAD)
+    return {k: lost[k] for k in keys if k in lost}
 
 
 # GPU X on node n1 is lost while one pod holds it; its workload's idle alert (one per
@@ -65,6 +83,14 @@ def proven(name: str, **match: str) -> dict[str, str]:
 LOST = proven("GPULost", pod=LOST_HOLDER["pod"])
 IDLE_HOLDER = proven("GPUAllocatedIdle", workload=LOST["workload"])
 IDLE_OTHER = proven("GPUAllocatedIdle", workload="notebook-0")
+# Two lost time-sliced GPUs: one shared by a Deployment's two pods, a bare pod and a Job's
+# pod (three GPULost alerts), one by four pods of one Deployment (one GPULost).
+SHARED = proven_all("GPULost", namespace=LOST_SHARERS[0][0]) + proven_all(
+    "GPULost", namespace=LOST_SHARERS[3][0]
+)
+REPLICAS = proven_all("GPULost", namespace=LOST_REPLICAS[0][0])
+SHARED_GPUS = {a["uuid"] for a in SHARED + REPLICAS}
+SHARER_IDLE = [idle_of(a) for a in SHARED + REPLICAS]
 
 POSTED = [
     # GPU X on node n1 is lost: everything else about it and its node is a consequence.
@@ -73,6 +99,9 @@ POSTED = [
     raised("GPUAllocatedIdle", IDLE_HOLDER),
     raised("GPUAllocatedIdle", IDLE_OTHER),
     alert("GPUPartiallyAdvertised", instance="n1"),
+    # The time-sliced GPUs: one GPULost per sharing workload, and every sharer's idle alert.
+    *(raised("GPULost", labels) for labels in SHARED + REPLICAS),
+    *(raised("GPUAllocatedIdle", labels) for labels in SHARER_IDLE),
     # GPU Y on n1 overheats and therefore throttles.
     alert("GPUTemperatureHigh", instance="n1", uuid="Y"),
     alert("GPUThermalThrottling", instance="n1", uuid="Y"),
@@ -89,6 +118,7 @@ POSTED = [
 ]
 EXPECTED = {
     ("GPULost", "X"),
+    *(("GPULost", uuid) for uuid in SHARED_GPUS),
     ("GPUTemperatureHigh", "Y"),
     ("GPUEccUncorrectable", "Z"),
     ("GPUXidErrors", "W"),
@@ -172,3 +202,46 @@ def test_one_notification_per_cause(alertmanager: tuple[str, Webhook]) -> None:
     wait_until(lambda: delivered(hook) >= EXPECTED, 30, "the causes' notifications")
     time.sleep(3)  # three group intervals: anything not inhibited would have been sent
     assert delivered(hook) == EXPECTED
+    # One notification per lost GPU, however many workloads shared it (the pager routes group
+    # by GPU).
+    lost = [
+        {a["labels"]["uuid"] for a in n["alerts"] if a["labels"]["alertname"] == "GPULost"}
+        for n in list(hook.notifications)
+    ]
+    per_gpu = Counter(uuid for gpus in lost for uuid in gpus)
+    assert per_gpu == dict.fromkeys(per_gpu, 1), per_gpu
+    assert set(per_gpu) == {"X", *SHARED_GPUS}
+
+
+def test_a_workload_with_a_lost_gpu_notifies_its_idle_gpus_once_the_loss_resolves(
+    alertmanager: tuple[str, Webhook],
+) -> None:
+    """The idle alert is one per workload: while GPULost names the workload, all of it is
+    silenced, its other idle GPUs included (a job's other ranks wait on the lost one). Silenced,
+    not lost: once the loss resolves, the idle alert that still fires is sent."""
+    url, hook = alertmanager
+    lost = raised("GPULost", LOST | {"instance": "n1", "uuid": "X"})
+    _post(url, [lost])
+    wait_until(lambda: ("GPULost", "X") in delivered(hook), 30, "GPULost's notification")
+    idle = raised("GPUAllocatedIdle", IDLE_HOLDER)
+    _post(url, [idle])
+    wait_until(lambda: _inhibited(url, IDLE_HOLDER), 30, "the idle alert to be inhibited")
+    assert ("GPUAllocatedIdle", IDLE_HOLDER["workload"]) not in delivered(hook)
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    _post(url, [{**lost, "endsAt": now}])
+    wait_until(
+        lambda: ("GPUAllocatedIdle", IDLE_HOLDER["workload"]) in delivered(hook),
+        30,
+        "the idle alert's notification once the loss resolved",
+    )
+
+
+def _inhibited(url: str, labels: dict[str, str]) -> bool:
+    """Whether Alertmanager holds the alert with exactly `labels` as inhibited."""
+    with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5) as response:
+        alerts = json.load(response)
+    return any(
+        {k: v for k, v in a["labels"].items() if k not in ("alertname", "severity")} == labels
+        and a["status"]["inhibitedBy"]
+        for a in alerts
+    )

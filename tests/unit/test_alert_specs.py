@@ -124,18 +124,21 @@ def test_xid_defaults_are_the_catalogs() -> None:
     assert not set(HARDWARE_XIDS) & set(APPLICATION_XIDS)
 
 
-# Per-device alerts join the single holder themselves (memory) or through `holders=True`.
+# Per-device alerts join the single holder themselves (memory) or through `holders=True`;
+# GPULost joins every holding workload (`per_workload=True`).
 HOLDER_JOIN = "group_left (namespace, pod, owner_kind, owner_name, workload)"
+WORKLOADS_JOIN = "group_right (gpu)"
 
 
 @pytest.mark.parametrize("group", ["kube-gpu-exporter.devices", "kube-gpu-exporter.workloads"])
 def test_device_alerts_name_their_sole_holder(group: str) -> None:
     """A device alert must reach the team whose pod holds the device: every alert about one
-    device joins the holder's labels; the workload-level idle alert and the leak alert (no
-    holder by definition) are the only ones without the join."""
+    device joins the holder's labels (GPULost each holding workload's); the workload-level idle
+    alert and the leak alert (no holder by definition) are the only ones without the join."""
     without = {"GPUAllocatedIdle", "GPUMemoryLeaked"}
     specs = dict(GROUPS)[group]
     rules = {a.name: a for a in all_alerts(Config())}
     for spec in specs:
-        joined = HOLDER_JOIN in rules[spec.name].expr
+        join = WORKLOADS_JOIN if spec.per_workload else HOLDER_JOIN
+        joined = join in rules[spec.name].expr
         assert joined == (spec.name not in without), spec.name

@@ -15,7 +15,13 @@ from collections import defaultdict
 import pytest
 
 from kube_gpu_exporter.rules.alerts import SPECS
-from kube_gpu_exporter.rules.alerts.device_faults import LOST_HOLDER, LOST_HOLDER_OWNER
+from kube_gpu_exporter.rules.alerts.device_faults import (
+    LOST_HOLDER,
+    LOST_HOLDER_OWNER,
+    LOST_REPLICAS,
+    LOST_SHARERS,
+)
+from kube_gpu_exporter.rules.alerts.workloads import WORKLOAD
 from kube_gpu_exporter.rules.config import Config, parse_config
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 from kube_gpu_exporter.rules.promtool_cases import World
@@ -72,3 +78,27 @@ def test_a_lost_gpu_silences_its_holders_idle_workload_alert() -> None:
         and all(lost.get(k) == idle[0].get(k) for k in rule["equal"])
         for rule in inhibit_rules(cfg)
     )
+
+
+@pytest.mark.parametrize("text", ["", MULTI_CLUSTER])
+def test_a_lost_time_sliced_gpu_silences_every_sharers_idle_workload_alert(text: str) -> None:
+    """GPULost on a GPU several pods share, as promtool proves it raised: once per sharing
+    workload, so that the idle alert of each — the labels the idle rule aggregates by — is
+    silenced by some rule, also where every sharer is a pod of one Deployment."""
+    cfg = parse_config(text) if text else Config()
+    lost = raised(cfg)["GPULost"]
+    keys = (*World(cfg).scope, *WORKLOAD)
+    for namespace, pod, owner in (*LOST_SHARERS, *LOST_REPLICAS):
+        workload = owner.get("owner_name", pod)
+        idle = {"namespace": namespace, "workload": workload} | {
+            k: v for k, v in owner.items() if k == "owner_kind"
+        }
+        idle |= World(cfg).scope
+        assert set(idle) <= set(keys)
+        assert any(
+            "GPUAllocatedIdle" in names(rule["target_matchers"])
+            and "GPULost" in names(rule["source_matchers"])
+            and all(a.get(k) == idle.get(k) for k in rule["equal"])
+            for rule in inhibit_rules(cfg)
+            for a in lost
+        ), (namespace, pod)
