@@ -93,8 +93,8 @@ COMPUTE_PROCESSES = Metric(
     "nvidia_gpu_compute_processes",
     G,
     "",
-    "Compute processes NVML lists on the device (absent where NVML cannot list them; only "
-    "the exporter's own PID namespace's unless it runs with hostPID).",
+    "Compute processes NVML lists on the device; absent where the list cannot be all there "
+    "is (no hostPID, or short of the device's memory or activity).",
     D,
 )
 SHARE = Metric(
