@@ -75,8 +75,8 @@ class NvmlSampler:
         gpm: GpmReader | None = None,
         xid_codes: tuple[int, ...] = (),
     ) -> None:
-        """`xid_codes`: Xids whose counters exist at 0 on every GPU from the start (none by
-        default: the alerts tell a first event by the Xid watch's start). `gpm`: the GPM
+        """`xid_codes`: Xids whose counters exist at 0 on every watched GPU from the start (none
+        by default: the alerts tell a first event by the Xid watch's start). `gpm`: the GPM
         reader, for a bench that must compute GPM on back-to-back cycles (its clock decides
         when two samples are apart)."""
         self._rediscover_seconds = rediscover_seconds
@@ -165,12 +165,15 @@ class NvmlSampler:
         if not self._initialised and not self._try_init(errors):
             return NodeSample(nvml_up=False, errors=dict(errors))
         xid_counts = self._xids.counts() if self._xids is not None else {}
+        # The configured codes start at 0 only where events are watched (a 0 elsewhere would
+        # claim a count nobody keeps).
+        xid_watched = self._xids.watched() if self._xids is not None else frozenset()
         samples: list[DeviceSample] = []
         self._session_codes.clear()
         try:
             self._maybe_rediscover(errors)
             for device in self._devices:
-                samples.extend(self._sample_gpu(device, errors, xid_counts))
+                samples.extend(self._sample_gpu(device, errors, xid_counts, xid_watched))
             self._check_session(samples, errors)
         except _SessionLost as exc:
             errors["init"] += 1
@@ -257,10 +260,15 @@ class NvmlSampler:
         self._process_reader.forget(gone)
 
     def _sample_gpu(
-        self, device: Device, errors: Counter[str], xid_counts: dict[str, dict[int, int]]
+        self,
+        device: Device,
+        errors: Counter[str],
+        xid_counts: dict[str, dict[int, int]],
+        xid_watched: frozenset[str],
     ) -> list[DeviceSample]:
         identity = device.identity
-        xids = self._xid_zeros | xid_counts.get(identity.uuid, {})
+        zeros = self._xid_zeros if identity.uuid in xid_watched else {}
+        xids = zeros | xid_counts.get(identity.uuid, {})
         try:
             if device.handle is None:
                 raise _DeviceLost

@@ -100,6 +100,14 @@ class XidWatcher:
         counted, so no time would be true)."""
         return self.started_at if self._set is not None else None
 
+    def watched(self) -> frozenset[str]:
+        """The uuids of the GPUs whose Xid events are counted: where NVML gave no event set or
+        would not register a GPU, nothing is, and no count of 0 would be true there."""
+        if self._set is None:
+            return frozenset()
+        with self._lock:
+            return frozenset(self._by_address.values())
+
     def counts(self) -> dict[str, dict[int, int]]:
         with self._lock:
             return {uuid: dict(per_xid) for uuid, per_xid in self._counts.items()}
