@@ -18,6 +18,7 @@ from kube_gpu_exporter.rules.alerts import (
     device_health,
     device_links,
     exporter,
+    exporter_allocatable,
     memory_leaks,
     node_devices,
     nodes,
@@ -49,7 +50,10 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
     ),
     ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
     ("kube-gpu-exporter.scheduling", (*scheduling.SPECS, *scheduling_disruptions.SPECS)),
-    ("kube-gpu-exporter.exporter", (*exporter.SPECS, *cluster_view.SPECS)),
+    (
+        "kube-gpu-exporter.exporter",
+        (*exporter.SPECS, *exporter_allocatable.SPECS, *cluster_view.SPECS),
+    ),
 )
 
 SPECS: tuple[AlertSpec[Any], ...] = tuple(spec for _, specs in GROUPS for spec in specs)
