@@ -1,5 +1,6 @@
 """`explain`'s one read of the cluster: the nodes, the pods that hold resources, the
-namespace's ResourceQuotas and (without `-f`) the pod itself, each listed once.
+namespace's ResourceQuotas and (without `-f`) the pod itself, each listed once; with `-f`,
+the manifest's dry-run create, whose refusals admission.py reads.
 
 The same client as the exporter's watches (`kubernetes/client.py`: kubeconfig or in-cluster
 config, its auth and TLS), with responses read as JSON and parsed straight into the slim
@@ -24,7 +25,7 @@ from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, pars
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
 from kube_gpu_exporter.exporter.input_errors import InputError
-from kube_gpu_exporter.exporter.kubernetes.client import Request, api_client
+from kube_gpu_exporter.exporter.kubernetes.client import ApiError, Request, api_client
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import classify, status_code, summary
 
@@ -98,6 +99,22 @@ class ApiReader:
             pods=tuple(p for p in map(parse_pod, pods) if p is not None),
             quotas=tuple(q for q in (parse_quota(o, self._settings) for o in quotas) if q),
         )
+
+    def dry_run_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The pod as the API server would admit it (`dryRun=All`: every admission plugin and
+        validation runs, nothing is stored). An answer other than 2xx raises the client's
+        ApiError as it is (admission.py reads its Status); no answer is an InputError."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+        params = {"dry_run": "All", "field_validation": "Strict"}  # as kubectl create
+        try:
+            answer = self._client.post(path, body, params, timeout=TIMEOUT)
+        except ApiError:
+            raise
+        except Exception as exc:
+            raise InputError(self._problem(f"dry-run create in {namespace}", exc)) from None
+        if not isinstance(answer, Mapping):
+            raise InputError(f"the API server at {self.host} answered no pod to a dry run")
+        return answer
 
     def _list(self, what: str, request: Request) -> Iterator[Mapping[str, Any]]:
         """Every item of a paged list, parsed page by page (a page's JSON is let go after)."""

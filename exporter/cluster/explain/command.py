@@ -65,25 +65,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain, print, and return the exit status (see the module docstring)."""
     from kube_gpu_exporter.exporter.cluster.classify import classify
+    from kube_gpu_exporter.exporter.cluster.explain import limits
+    from kube_gpu_exporter.exporter.cluster.explain.admission import Admission, admit
     from kube_gpu_exporter.exporter.cluster.explain.api import (
         ApiReader,
         context_namespace,
         default_kubeconfig,
     )
-    from kube_gpu_exporter.exporter.cluster.explain.manifest import load_manifest
-    from kube_gpu_exporter.exporter.cluster.explain.report import render
+    from kube_gpu_exporter.exporter.cluster.explain.manifest import as_written, read_manifest
+    from kube_gpu_exporter.exporter.cluster.explain.report import (
+        render,
+        render_bound,
+        render_refused,
+    )
     from kube_gpu_exporter.exporter.cluster.flags import settings_from
+    from kube_gpu_exporter.exporter.cluster.parse import parse_pod
     from kube_gpu_exporter.exporter.cluster.view import ClusterView
     from kube_gpu_exporter.exporter.input_errors import InputError
 
     settings = settings_from(args)
     admitted = not args.filename
+    colour = args.color == "always" or (
+        args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    )
+    admission = Admission()
     try:
         name = _pod_name(args)
         kubeconfig = default_kubeconfig(args.kubeconfig, args.context)
         namespace = args.namespace or context_namespace(kubeconfig)
         if args.filename:
-            pod = load_manifest(args.filename, namespace)
+            label = f"manifest {args.filename}"
+            manifest = read_manifest(args.filename, namespace)
+            pod = as_written(manifest, label)
             if args.namespace and pod.namespace != args.namespace:
                 raise InputError(
                     f"the manifest's namespace {pod.namespace} does not match -n {args.namespace}"
@@ -95,19 +108,50 @@ def run(args: argparse.Namespace) -> int:
             if admitted and (pod.node_name or pod.terminated):
                 print(_placed(pod))
                 return EXIT_SCHEDULES
+            if not admitted:
+                admission = admit(reader, manifest, label)
+                if admission.refusal:
+                    sys.stdout.write(
+                        render_refused(pod, admission.refusal, quota=admission.quota, colour=colour)
+                    )
+                    return EXIT_WAITS
+                if admission.unasked:
+                    print(
+                        f"{PROG}: note: {admission.unasked}: the manifest is judged as written, "
+                        "without the API server's admission",
+                        file=sys.stderr,
+                    )
+                elif admission.pod is not None:
+                    manifest = admission.pod
+                    pod = parse_pod(manifest) or pod
             cluster = reader.cluster(pod.namespace)
         finally:
             reader.close()
     except InputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not admitted and pod.node_name:
+        sys.stdout.write(render_bound(pod, any(n.name == pod.node_name for n in cluster.nodes)))
+        return EXIT_SCHEDULES if any(n.name == pod.node_name for n in cluster.nodes) else EXIT_WAITS
     view = ClusterView.build(cluster.nodes, cluster.pods, cluster.quotas, settings)
-    result = classify(view, pod, admitted=admitted)
-    colour = args.color == "always" or (
-        args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    )
+    # a pod the dry run admitted has passed every quota; one judged as written has not
+    result = classify(view, pod, admitted=admitted or admission.pod is not None)
+    unchecked: tuple[str, ...] = ()
+    preempting: tuple[str, ...] = ()
+    if not admitted:
+        unchecked = limits.unchecked(manifest, pod)
+        preempting = limits.preemptible(view, manifest, pod, result)
     sys.stdout.write(
-        render(view, pod, result, admitted=admitted, colour=colour, all_nodes=args.all_nodes)
+        render(
+            view,
+            pod,
+            result,
+            admitted=admitted,
+            colour=colour,
+            all_nodes=args.all_nodes,
+            unchecked=unchecked,
+            preempting=preempting,
+        )
     )
     return EXIT_SCHEDULES if result.schedulable else EXIT_WAITS
 

@@ -2,12 +2,13 @@
 
 The file may hold a Pod or a workload that makes pods (Deployment, StatefulSet, ReplicaSet,
 DaemonSet, Job, ReplicationController, CronJob), in any document of a multi-document file or
-in a List; the first pod spec found is the one explained. It is read as a person wrote it:
-limits without requests, no namespace, no name on a template. What the API server's
-admission adds to every pod and the scheduler reads is added as it would be: the
-DefaultTolerationSeconds plugin's NoExecute tolerations of `not-ready` and `unreachable`
-nodes (a node carrying only those NoExecute taints takes the created pod). Every problem is
-one InputError line naming the file.
+in a List; the first pod spec found is the one explained (`read_manifest`), named after its
+workload when it has no name. The API server's dry run (admission.py) then makes the pod
+that would be created of it. Only where that cannot be asked (the caller may not create
+pods) is it judged as a person wrote it (`as_written`): limits standing in for requests, and
+of what admission adds, only DefaultTolerationSeconds' NoExecute tolerations of `not-ready`
+and `unreachable` nodes (no LimitRange, RuntimeClass or quota but GPU quotas). Every problem
+is one InputError line naming the file.
 """
 
 from __future__ import annotations
@@ -29,20 +30,35 @@ TEMPLATE_KINDS: Final = frozenset(
 
 
 def load_manifest(path: str, namespace: str) -> Pod:
-    """The pod the manifest at `path` describes; `namespace` where the manifest names none."""
+    """The pod the manifest at `path` describes, as written (see `as_written`)."""
+    return as_written(read_manifest(path, namespace), f"manifest {path}")
+
+
+def read_manifest(path: str, namespace: str) -> Mapping[str, Any]:
+    """The pod object the manifest at `path` describes, with a name and a namespace
+    (`namespace` where the manifest names none)."""
     label = f"manifest {path}"
     streamed = parse_yaml_all(read_input(path, label), label, MAX_DOCUMENTS)
     documents = list(_documents(streamed))
     for document in documents:
         found = _pod_object(document)
         if found is not None:
-            pod = parse_pod(admitted(found), namespace)
-            if pod is None:  # a name or namespace of the wrong type
+            metadata = found["metadata"]
+            if not all(isinstance(metadata.get(k, ""), str) for k in ("name", "namespace")):
                 raise InputError(f"{label}: the pod's metadata.name or namespace is not a string")
-            return pod
+            return {**found, "metadata": {"namespace": namespace, **metadata}}
     kinds = sorted({str(d.get("kind")) for d in documents if isinstance(d, Mapping)})
     shown = f" (found kind {', '.join(quoted(k) for k in kinds)})" if kinds else ""
     raise InputError(f"{label}: no Pod or pod template in it{shown}")
+
+
+def as_written(pod: Mapping[str, Any], label: str) -> Pod:
+    """The pod object as the scheduler would read it without admission, but for the
+    tolerations every pod is given (`admitted`)."""
+    parsed = parse_pod(admitted(pod))
+    if parsed is None:  # a name or namespace of the wrong type
+        raise InputError(f"{label}: the pod's metadata.name or namespace is not a string")
+    return parsed
 
 
 def admitted(pod: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -67,7 +67,12 @@ def render(
     admitted: bool,
     colour: bool = False,
     all_nodes: bool = False,
+    unchecked: Sequence[str] = (),
+    preempting: Sequence[str] = (),
 ) -> str:
+    """The checks, the node table and the verdict. `unchecked`: what the scheduler weighs
+    and explain does not judge (limits.py), `preempting`: the nodes where the pod fits once
+    lower-priority pods are preempted; both named in a manifest's verdict."""
     style = Style(colour)
     lines = [_header(pod, result, admitted), ""]
     checks = _checks(view, pod, result, admitted)
@@ -76,28 +81,70 @@ def render(
         status = style(check.status.ljust(4), check.status)
         lines.append(f"  {check.name.ljust(width)}  {status}  {check.detail}")
     lines += ["", *_node_table(result, style, all_nodes), ""]
-    lines.append(verdict(pod, result, admitted, style))
+    lines.append(verdict(pod, result, admitted, style, unchecked, preempting))
     return "\n".join(lines) + "\n"
 
 
-def verdict(pod: Pod, result: Classification, admitted: bool, style: Style) -> str:
-    """Two lines: the outcome (and the reason), then the evidence."""
+def verdict(
+    pod: Pod,
+    result: Classification,
+    admitted: bool,
+    style: Style,
+    unchecked: Sequence[str] = (),
+    preempting: Sequence[str] = (),
+) -> str:
+    """Two lines: the outcome (and the reason), then the evidence; a third names what the
+    outcome leaves unjudged."""
     if result.reason is None:
         if admitted:
             return style("would schedule now", "bold") + (
                 f"\n  {result.summary}\n  it still waits: held by what explain does not check "
                 "(pod affinity, topology spread, volumes, DRA claims), or being bound"
             )
+        if unchecked:
+            held = "would schedule, unless what explain does not check holds it: "
+            held += ", ".join(unchecked)
+            return style(held, "bold") + f"\n  {result.summary}"
         return style("would schedule", "bold") + f"\n  {result.summary}"
-    return style(f"will not schedule: {result.reason}", "bold") + f"\n  {result.summary}"
+    # what explain does not check only excludes more nodes: it never changes "will not"
+    more = f"\n  not checked: {', '.join(unchecked)}" if unchecked and not admitted else ""
+    if preempting and not admitted:
+        return style(f"will not schedule without preemption: {result.reason}", "bold") + (
+            f"\n  {result.summary}\n  it may preempt lower-priority pods on {_names(preempting)}"
+            f": explain does not judge preemption{more}"
+        )
+    return style(f"will not schedule: {result.reason}", "bold") + f"\n  {result.summary}{more}"
 
 
-def _header(pod: Pod, result: Classification, admitted: bool) -> str:
+def render_refused(pod: Pod, message: str, *, quota: bool, colour: bool = False) -> str:
+    """A manifest the API server's admission refuses: its message verbatim."""
+    style = Style(colour)
+    outcome = (
+        f"will not schedule: {Reason.QUOTA_EXCEEDED}"
+        if quota
+        else "will not be created: refused by the API server's admission"
+    )
+    return f"{_header(pod, None, False)}\n\n{style(outcome, 'bold')}\n  {message}\n"
+
+
+def render_bound(pod: Pod, known: bool, colour: bool = False) -> str:
+    """A manifest whose spec.nodeName binds it: no scheduler acts, the node's kubelet admits
+    the pod or rejects it (which explain does not judge)."""
+    style = Style(colour)
+    node = pod.node_name
+    outcome = f"not for the scheduler: spec.nodeName binds it to {node}"
+    if known:
+        why = f"the kubelet on {node} admits or rejects it; explain does not judge the kubelet"
+    else:
+        why = f"no node {node} in the cluster: the pod would wait for one of that name"
+    return f"{_header(pod, None, False)}\n\n{style(outcome, 'bold')}\n  {why}\n"
+
+
+def _header(pod: Pod, result: Classification | None, admitted: bool) -> str:
+    first = result.requested if result is not None else {}
     wants = ", ".join(
         f"{name} {show(name, amount)}"
-        for name, amount in sorted(
-            pod.requests.items(), key=lambda i: (i[0] not in result.requested, i[0])
-        )
+        for name, amount in sorted(pod.requests.items(), key=lambda i: (i[0] not in first, i[0]))
     )
     if not admitted:
         state = "not created yet"
