@@ -142,8 +142,14 @@ def test_recording_rules_alerts_and_absence_are_per_cluster(
         WAIT,
         "cluster:nvidia_gpu_gpus:count per cluster",
     )
-    utilization = _by_cluster(prom, "cluster:nvidia_gpu_utilization_ratio:avg")
-    assert utilization == pytest.approx({"east": 0.55, "west": 0.5})
+    wait_until(
+        lambda: (
+            _by_cluster(prom, "cluster:nvidia_gpu_utilization_ratio:avg")
+            == pytest.approx({"east": 0.55, "west": 0.5})
+        ),
+        WAIT,
+        "cluster:nvidia_gpu_utilization_ratio:avg per cluster",
+    )
 
     # East's hot GPU alone crosses 85 °C: the alert carries east, and says so.
     hot = wait_until(lambda: _alerts(prom, "GPUTemperatureHigh"), WAIT, "GPUTemperatureHigh")
@@ -171,8 +177,6 @@ def test_every_rule_evaluates_on_federated_series(clusters: tuple[Prometheus, Pa
     """The multi-cluster rules on real federated input: no rule errors (say, a join that
     turns many-to-many once series carry a cluster label)."""
     prom, _ = clusters
-    wait_until(lambda: prom.query("cluster:nvidia_gpu_gpus:count"), WAIT, "recording rules")
-    rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
-    assert rules
+    rules = prom.evaluated_rules(WAIT)
     broken = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     assert not broken, broken

@@ -101,6 +101,17 @@ class Prometheus:
             what=f"{count} series from {promql}",
         )
 
+    def evaluated_rules(self, timeout: float = 60) -> list[dict[str, Any]]:
+        """Every loaded rule, once each has been evaluated at least once: a rule's `health`
+        is "unknown" until then, and each group runs on its own timer, so one group's
+        result says nothing of another's."""
+
+        def evaluated() -> list[dict[str, Any]] | None:
+            rules = [r for g in self.api("rules")["groups"] for r in g["rules"]]
+            return rules if rules and all(r["health"] != "unknown" for r in rules) else None
+
+        return wait_until(evaluated, timeout, "every rule's first evaluation")
+
 
 @contextmanager
 def run_prometheus(

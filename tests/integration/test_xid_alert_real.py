@@ -37,6 +37,7 @@ def test_a_first_xid_fires_gpuxiderrors(
     ):
         prom.wait_for("kube_gpu_exporter_xid_watch_start_timestamp_seconds", count=1)
         assert prom.query("nvidia_gpu_xid_errors_total") == []  # no zeros served
+        prom.evaluated_rules()  # else the next line would hold before any evaluation
         assert prom.query('ALERTS{alertname="GPUXidErrors"}') == []
         write_state(state, NODE.state_at(10))
         (firing,) = prom.wait_for('ALERTS{alertname="GPUXidErrors", alertstate="firing"}')
