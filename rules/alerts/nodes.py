@@ -113,7 +113,8 @@ def _not_advertised_runbook(a: NotAdvertisedAlert, q: Query) -> Runbook:
             "The rule holds back while the exporter cannot reach pod-resources, and on "
             "kubelets that cannot list allocatable devices (before 1.21, or 1.21–1.22 with "
             "the KubeletPodResourcesGetAllocatable gate off: no advertised series), since "
-            "then it cannot tell."
+            "then it cannot tell; a kubelet that refuses the listing for another reason "
+            "raises KubeGpuExporterAllocatableRefused instead."
         ),
         impact="No GPU pod can be scheduled on the node: its GPUs sit idle, unbilled.",
         diagnosis="\n\n".join(
