@@ -1,39 +1,43 @@
-"""Fair shares per client address: what one address holds cannot keep another out.
+"""Fair shares per client address, and a connection for every newcomer.
 
 A global limit that every client shares is a lock whoever fills it first holds: 256 idle
 connections kept the kubelet's probes and Prometheus out. As nginx does (`limit_conn` per
-`$binary_remote_addr`), every limited resource here is counted per client address too, and an
-address is refused (429) once it holds its own share, while the others still get theirs.
+`$binary_remote_addr`), connections are counted per client address too.
 
-The global limit stays as a last resort, and still leaves room for an address not yet seen:
-when every connection is taken, a newcomer holding fewer than the heaviest address displaces
-that address's connection idle the longest (`ConnectionTable.admit`), so whoever holds the
-most gives way first. Only when every address holds about as many (thousands of addresses,
-one connection each) is a newcomer turned away; the listener still answers its probe then.
+What no count can do is tell a scraper from an attacker that holds one connection on each of
+thousands of addresses, or that shares the scraper's address (NAT, a node's SNAT). So a full
+table never turns a newcomer away while some connection can give way: an open connection that
+is not having a request handled is cheap to drop (Prometheus and the kubelet reconnect), and
+the one that went longest without progress (a whole request read, or an answer taken whole by
+the kernel) goes first. Where to take it from, in order (`ConnectionTable.admit`):
+
+1. an address at its own share (`per_client`) makes room among its own connections: a shared
+   address is never refused because of what the others on it hold;
+2. with every connection taken, the address holding the most gives way first, if it holds at
+   least two more than the newcomer's (two addresses with equal shares never take turns);
+3. else the connection idle longest anywhere.
+
+Only when every connection has a request in the app (password checks, bounded by their own
+shares) is a newcomer turned away; the listener still answers its probe then. An attacker
+reconnecting as fast as it can thus cycles through the table, and a scraper's new connection,
+the newest of all, is served within its first round trip.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Final, Generic, TypeVar
 
-
-class Held(Protocol):
-    """A connection as the table sees it."""
-
-    @property
-    def last_active(self) -> float: ...
-
-
-T = TypeVar("T", bound=Held)
+T = TypeVar("T", bound=Hashable)
 
 
 class Verdict(Enum):
     ADMIT = "admit"
-    CLIENT_FULL = "client_full"  # the address holds its share: its own limit (429)
-    FULL = "full"  # every connection taken and nobody to displace (503)
+    CLIENT_FULL = "client_full"  # the address holds its share, each with a request in hand (429)
+    FULL = "full"  # every connection has a request in hand: nobody to displace (503)
 
 
 @dataclass(frozen=True)
@@ -43,41 +47,51 @@ class Admission(Generic[T]):
 
 
 class ConnectionTable(Generic[T]):
-    """Open connections by client address, at most `per_client` each and `total` in all."""
+    """Open connections by client address, at most `per_client` each and `total` in all, each
+    address's and the whole table's kept in the order of their last progress (`touch`).
+    `busy(connection)` says whether a request of it is being handled: such a one stays."""
 
-    def __init__(self, total: int, per_client: int) -> None:
+    def __init__(self, total: int, per_client: int, busy: Callable[[T], bool]) -> None:
         self.total = total
         self.per_client = min(per_client, total)
+        self._busy = busy
         self._by_client: dict[str, dict[T, None]] = {}
-        self._count = 0
+        self._order: dict[T, str] = {}  # every connection → its address, least recent first
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._order)
 
     def held_by(self, client: str) -> int:
         return len(self._by_client.get(client, ()))
 
     def admit(self, client: str) -> Admission[T]:
-        """Whether `client` may open one more connection; the connection displaced for it when
-        every one is taken. The caller then `add`s the new one and cuts the displaced one."""
+        """Whether `client` may open one more connection, and the connection displaced for it.
+        The caller then `add`s the new one and cuts the displaced one (removed here already)."""
         held = self.held_by(client)
         if held >= self.per_client:
-            return Admission(Verdict.CLIENT_FULL)
-        if self._count < self.total:
+            return self._displace(self._by_client[client], Verdict.CLIENT_FULL)
+        if len(self._order) < self.total:
             return Admission(Verdict.ADMIT)
         heaviest = max(self._by_client, key=lambda address: len(self._by_client[address]))
-        # Strictly heavier by two: after the swap the newcomer still holds fewer, so two
-        # addresses with equal shares never take turns displacing each other.
-        if len(self._by_client[heaviest]) < held + 2:
-            return Admission(Verdict.FULL)
-        victims = self._by_client[heaviest]
-        victim = min(victims, key=lambda connection: connection.last_active)
-        self.remove(heaviest, victim)
-        return Admission(Verdict.ADMIT, victim)
+        if len(self._by_client[heaviest]) >= held + 2:
+            admission = self._displace(self._by_client[heaviest], Verdict.FULL)
+            if admission.evicted is not None:
+                return admission
+        return self._displace(self._order, Verdict.FULL)
 
     def add(self, client: str, connection: T) -> None:
         self._by_client.setdefault(client, {})[connection] = None
-        self._count += 1
+        self._order[connection] = client
+
+    def touch(self, connection: T) -> None:
+        """`connection` made progress: it goes last in the order of eviction."""
+        client = self._order.pop(connection, None)
+        if client is None:
+            return
+        self._order[connection] = client
+        held = self._by_client[client]
+        del held[connection]
+        held[connection] = None
 
     def remove(self, client: str, connection: T) -> None:
         """Forget `connection` (once: a displaced one ends later, and is removed again)."""
@@ -85,9 +99,18 @@ class ConnectionTable(Generic[T]):
         if held is None or connection not in held:
             return
         del held[connection]
-        self._count -= 1
+        del self._order[connection]
         if not held:
             del self._by_client[client]
+
+    def _displace(self, candidates: Iterable[T], otherwise: Verdict) -> Admission[T]:
+        """The least recent of `candidates` without a request in hand, removed; else
+        `otherwise`. Busy ones are few (bounded by the request slots), so the walk is short."""
+        for connection in candidates:
+            if not self._busy(connection):
+                self.remove(self._order[connection], connection)
+                return Admission(Verdict.ADMIT, connection)
+        return Admission(otherwise)
 
 
 class Refusal(Enum):

@@ -4,13 +4,13 @@ asyncio's servers hand every accepted socket straight to a transport and offer n
 cap. The listener runs its own accept loop instead, so each connection passes the client table
 first (client_shares.py):
 
-- **its address's share** (`--web.max-connections-per-client`): over it, the connection gets
-  a 429 (on plain HTTP) and is closed, while other addresses are still served;
-- **the global cap** (`--web.max-connections`): when every connection is taken, the newcomer
-  displaces the connection idle longest of the address holding the most, if that address holds
-  more than the newcomer's; otherwise it joins a small overflow (OVERFLOW connections) that
-  answers the kubelet's probes and nothing else (503 with Retry-After), so `/healthz` is
-  answered whatever other clients hold; beyond that, it is closed at once (503 on plain HTTP).
+- **its address's share** (`--web.max-connections-per-client`) and **the global cap**
+  (`--web.max-connections`): a newcomer over either displaces an open connection that has no
+  request in the app (its own address's first, then the heaviest address's, then anyone's),
+  the one idle longest; a 429 (over its share) or a place in a small overflow (over the cap:
+  OVERFLOW connections that answer the kubelet's probes and nothing else, 503 with
+  Retry-After) only when every candidate is busy; beyond that, it is closed at once (503 on
+  plain HTTP).
 
 Then a `Wire` serves its socket (wire.py: views sent by sendmsg, the write timeout, a lingering
 close; tls_wire.py on a TLS port: TLS by memory BIOs, Go's 400 for plain HTTP, the handshake
@@ -76,7 +76,7 @@ class Listener:
         self._sockets: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._table: ConnectionTable[Wire] = ConnectionTable(
-            limits.max_connections, limits.max_connections_per_client
+            limits.max_connections, limits.max_connections_per_client, self._busy
         )
         self._overflow: set[Wire] = set()
         self._connections: dict[Wire, Connection] = {}
@@ -148,22 +148,27 @@ class Listener:
                 continue
             sock.setblocking(False)
             self._admit(sock, client_address(peer))
+            # An accept with a backlog waiting completes without yielding: one turn of the
+            # loop lets the connection just admitted read the request it has likely sent,
+            # before a burst of newcomers behind it could displace it as idle.
+            await asyncio.sleep(0)
 
     def _admit(self, sock: socket.socket, client: str) -> None:
         admission = self._table.admit(client)
         if admission.verdict is Verdict.CLIENT_FULL:
-            log.debug("client %s: over --web.max-connections-per-client; closing", client)
+            log.debug("client %s: its every connection has a request in hand; closing", client)
             self._refuse(sock, self._client_full)
             return
         if admission.evicted is not None:
             log.debug(
-                "client %s: every connection taken; displaced one of %s's idle the longest",
+                "client %s: connections full; displaced one of %s's, idle the longest",
                 client,
                 admission.evicted.client,
             )
             admission.evicted.cut()
         if admission.verdict is Verdict.ADMIT:
             wire = self._wire(sock, client, probes_only=False)
+            wire.on_active = self._table.touch
             self._table.add(client, wire)
         elif len(self._overflow) < OVERFLOW:
             wire = self._wire(sock, client, probes_only=True)
@@ -207,6 +212,11 @@ class Listener:
             )
         self._connections[wire] = connection
         return wire
+
+    def _busy(self, wire: Wire) -> bool:
+        """Whether the app is handling a request of `wire` (a password check): not displaced."""
+        connection = self._connections.get(wire)
+        return connection is not None and connection.task is not None
 
     def _lost(self, wire: Wire) -> None:
         self._table.remove(wire.client, wire)

@@ -31,7 +31,6 @@ import contextlib
 import logging
 import socket
 import struct
-import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -67,8 +66,8 @@ class Wire:
     """One accepted plain-HTTP connection: its socket below, `app` above.
 
     `on_lost` runs once when the connection has ended, whatever ended it (the listener's
-    count); `last_active` (monotonic seconds) is when the client last sent a whole request
-    (`note_request`), which the listener reads to pick whom to evict."""
+    count); `on_active` runs whenever the connection makes progress (a whole request read, an
+    answer taken whole by the kernel), which tells the listener whom to evict last."""
 
     def __init__(
         self,
@@ -81,7 +80,7 @@ class Wire:
         on_lost: Callable[[Wire], None],
     ) -> None:
         self.client = client
-        self.last_active = time.monotonic()
+        self.on_active: Callable[[Wire], None] | None = None
         self.on_drained: Callable[[], None] | None = None
         self._sock = sock
         self._fd = sock.fileno()
@@ -170,7 +169,8 @@ class Wire:
 
     def note_request(self) -> None:
         """The client sent a whole request: it is in use, not a socket left open."""
-        self.last_active = time.monotonic()
+        if self.on_active is not None:
+            self.on_active(self)
 
     # --- the socket -----------------------------------------------------------------------
 
@@ -228,7 +228,10 @@ class Wire:
             self._write_timer = None
         if self._closing:
             self._finish()
-        elif self.on_drained is not None:
+            return
+        if self.on_active is not None:
+            self.on_active(self)  # the client takes its answers
+        if self.on_drained is not None:
             self.on_drained()
 
     def _pending(self) -> tuple[Outbox, list[memoryview]]:
