@@ -187,13 +187,14 @@ LOST_HOLDER = {"namespace": "team-c", "pod": "train-x"}
 LOST_HOLDER_OWNER = {"owner_kind": "Deployment", "owner_name": "train"}
 # A lost time-sliced GPU: two pods of a Deployment, a bare pod and a Job's pod share it; and
 # one that four pods of one Deployment share. GPULost fires once per workload.
-LOST_SHARERS = (
+Holder = tuple[str, str, dict[str, str]]  # namespace, pod, owner labels
+LOST_SHARERS: tuple[Holder, ...] = (
     ("team-s", "serve-a", {"owner_kind": "Deployment", "owner_name": "serve"}),
     ("team-s", "serve-b", {"owner_kind": "Deployment", "owner_name": "serve"}),
     ("team-s", "notebook-z", {}),
     ("team-t", "eval-1", {"owner_kind": "Job", "owner_name": "eval"}),
 )
-LOST_REPLICAS = tuple(
+LOST_REPLICAS: tuple[Holder, ...] = tuple(
     ("team-u", f"infer-{k}", {"owner_kind": "Deployment", "owner_name": "infer"}) for k in range(4)
 )
 
@@ -202,12 +203,15 @@ def _lost_case(a: LostAlert, w: World) -> Case:
     n = minutes(a.for_) + 10
     mig = w.dev("a", 0) | {"uuid": "MIG-a-0-1", "parent_uuid": uuid("a", 0)}
     slice5 = {"uuid": "MIG-a-5-1", "parent_uuid": uuid("a", 5)}
-    holds = [
-        (2, *LOST_HOLDER.values(), LOST_HOLDER_OWNER),
-        *((3, *sharer) for sharer in LOST_SHARERS),
-        *((4, *replica) for replica in LOST_REPLICAS),
-        (6, "team-w", "busy-0", {}),  # a GPU that answers: no alert
-    ]
+    lone: Holder = (LOST_HOLDER["namespace"], LOST_HOLDER["pod"], LOST_HOLDER_OWNER)
+    busy: Holder = ("team-w", "busy-0", {})  # on a GPU that answers: no alert
+    on_gpu: tuple[tuple[int, tuple[Holder, ...]], ...] = (
+        (2, (lone,)),
+        (3, LOST_SHARERS),
+        (4, LOST_REPLICAS),
+        (6, (busy,)),
+    )
+    holds = [(gpu, ns, pod, owner) for gpu, holders in on_gpu for ns, pod, owner in holders]
     series = [
         s(c.GPU_UP, w.dev("a", 0), steady(0, n)),
         s(c.GPU_UP, mig, steady(0, n)),  # goes with its parent: no alert of its own
@@ -238,7 +242,7 @@ def _lost_case(a: LostAlert, w: World) -> Case:
     serve, eval_ = LOST_SHARERS[0][2], LOST_SHARERS[3][2]
     firing = (
         Firing(w.dev_out("a", 0), 0),
-        pod(2, *LOST_HOLDER.values(), **LOST_HOLDER_OWNER),
+        pod(2, LOST_HOLDER["namespace"], LOST_HOLDER["pod"], **LOST_HOLDER_OWNER),
         workload(3, "team-s", **serve),
         pod(3, "team-s", "notebook-z"),
         pod(3, "team-t", "eval-1", **eval_),
