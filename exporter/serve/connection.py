@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 # (4 buffers of 8 KiB), and 1,000 slowloris clients sending that much pin 32 MiB in all.
 MAX_HEAD: Final = 32 << 10
 HEAD_END: Final = b"\r\n\r\n"
+# A head whose lines end with a bare LF never holds HEAD_END: answered 400 as soon as its
+# blank line is in, not left waiting for the read-header timeout.
+BARE_LF_END: Final = b"\n\n"
 _BAD_REQUEST: Final = ("Bad Request", "400 Bad Request\n")
 
 
@@ -170,6 +173,10 @@ class Connection:
         self._searched = len(self._inbox)
         if self._closing or (self._client_done and end < 0):
             self._close()  # shutting down, or the client left with no whole request
+            return
+        if end < 0 and self._inbox.find(BARE_LF_END, 0, MAX_HEAD) >= 0:
+            log.debug("client %s: a head ended by bare line feeds", self._peer())
+            self._refuse(400, *_BAD_REQUEST)  # RFC 9112 lets a server refuse it: no guessing
             return
         if end >= 0:
             head = bytes(self._inbox[: end + len(HEAD_END)])

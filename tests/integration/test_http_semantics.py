@@ -332,3 +332,18 @@ def test_an_http_1_0_client_asking_keep_alive_is_told_the_connection_stays(
         answer = reader.response()
         assert answer.headers["connection"].lower() == "close"
         assert closed_by_peer(sock, 5.0)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"GET /metrics HTTP/1.1\nHost: exporter\n\n", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\n"],
+    ids=["bare LF", "bare LF blank line"],
+)
+def test_a_head_ended_by_bare_line_feeds_gets_400_at_once(tmp_path: Path, head: bytes) -> None:
+    """Before, such a head was never complete and waited for the read-header timeout (10 s)
+    with no answer; Go answers at once, aiohttp with 400."""
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        sock = connect(exporter.port, timeout=5)
+        sock.sendall(head)
+        assert Reader(sock).response().status == 400
+        assert closed_by_peer(sock, 5)
