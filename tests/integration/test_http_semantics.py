@@ -3,14 +3,17 @@ q-values, and plain HTTP on a TLS port, against the real process over bare socke
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import gzip
 import socket
 import ssl
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import bcrypt
 import pytest
 from abuse_clients import https_status
 from raw_http import Reader, closed_by_peer, connect, request
@@ -209,16 +212,24 @@ def test_every_answer_has_the_configured_headers_and_no_server_header(tmp_path: 
     """The answers made below the app too: aiohttp's 400, the 431 for a head too large, the
     429 of an address over its connection share and the 503 of the overflow, which still
     answers /healthz. Before, those lacked the configured headers and aiohttp's named the
-    Python and aiohttp versions in a Server header (as every answer did)."""
+    Python and aiohttp versions in a Server header (as every answer did).
+
+    A connection is refused only while every one it could displace has a request in the app:
+    here two slow password checks (bcrypt at cost 15, about a second or more each) hold both."""
+    good = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    slow = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=15)).decode()
     config = tmp_path / "web.yml"
-    config.write_text(HEADERS_CONFIG)
+    config.write_text(HEADERS_CONFIG + f"basic_auth_users:\n  fast: {good}\n  slow: {slow}\n")
+    fast = {"Authorization": "Basic " + base64.b64encode(b"fast:secret").decode()}
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"slow:wrong").decode()}
     args = ["--simulate", DEMO, f"--web.config.file={config}", "--web.max-connections=2"]
     args += ["--web.max-connections-per-client=1", "--web.read-header-timeout=10m"]
-    with run_exporter(args, tmp_path) as exporter:
+    with run_exporter(args, tmp_path, wait_ready=False) as exporter:
+        wait_until(lambda: exporter.get("/readyz")[0] == 200, what="the exporter")
         answers = {}
         for name, sent in [
-            ("200", request("GET", "/metrics")),
-            ("404", request("GET", "/nowhere")),
+            ("200", request("GET", "/metrics", fast)),
+            ("404", request("GET", "/nowhere", fast)),
             ("400", b"GET /metrics HTTP/1.1\r\nBad header line\r\n\r\n"),
             ("431", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 40_000 + b"\r\n\r\n"),
         ]:
@@ -226,11 +237,12 @@ def test_every_answer_has_the_configured_headers_and_no_server_header(tmp_path: 
             sock.sendall(sent)
             answers[name] = Reader(sock).response()
             sock.close()
-        # Two addresses hold the two connections; a third meets the overflow.
+        # Two addresses hold the two connections, each with a password check under way; a
+        # third address meets the overflow.
         held = [connect(exporter.port, source=source) for source in ("127.0.0.2", "127.0.0.3")]
         for sock in held:
-            sock.sendall(request("GET", "/healthz"))
-            assert Reader(sock).response().status == 200
+            sock.sendall(request("GET", "/metrics", wrong))
+        time.sleep(0.3)  # both requests read (each check takes far longer)
         over_share = connect(exporter.port, source="127.0.0.2")
         over_share.sendall(request("GET", "/metrics"))
         answers["429"] = Reader(over_share).response()
@@ -239,6 +251,8 @@ def test_every_answer_has_the_configured_headers_and_no_server_header(tmp_path: 
             sock.sendall(request("GET", path))
             answers[name] = Reader(sock).response()
             sock.close()
+        for sock in held:
+            assert Reader(sock).response().status == 401
     assert {name: answer.status for name, answer in answers.items()} == {
         "200": 200, "404": 404, "400": 400, "431": 431, "429": 429, "503": 503,
         "overflow probe": 200,
