@@ -56,21 +56,45 @@ TOLERATIONS: Final = (  # (weight, toleration)
 
 @dataclass
 class Scenario:
+    """`family`: "base" for the seeded mix, else the one thing its scenarios vary (FAMILIES);
+    `objects`: (API path, object) created after the nodes and bound pods, before the
+    candidate (a LimitRange, a RuntimeClass); `limits`: what of the candidate the scheduler
+    weighs and explain does not judge, which its verdict must name."""
+
     index: int
     namespace: str
     nodes: list[dict[str, Any]] = field(default_factory=list)
     background: list[dict[str, Any]] = field(default_factory=list)
     quota: dict[str, Any] | None = None
     candidate: dict[str, Any] = field(default_factory=dict)
+    family: str = "base"
+    quotas: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    limits: tuple[str, ...] = ()
+
+    @property
+    def all_quotas(self) -> list[dict[str, Any]]:
+        return [*([self.quota] if self.quota else []), *self.quotas]
 
     @property
     def node_names(self) -> list[str]:
         return [n["metadata"]["name"] for n in self.nodes]
 
 
-def generate(seed: int, count: int) -> list[Scenario]:
+def generate(seed: int, count: int, per_family: int = 0) -> list[Scenario]:
+    """`count` scenarios of the seeded mix, then `per_family` of each family (from their own
+    random stream, so that adding a family leaves the others' scenarios as they were)."""
     rng = random.Random(seed)
-    return [_scenario(rng, i) for i in range(count)]
+    scenarios = [_scenario(rng, i) for i in range(count)]
+    for name, make in FAMILIES.items():
+        family = random.Random(f"{seed}-{name}")
+        for _ in range(per_family):
+            scenario = _scenario(family, len(scenarios))
+            scenario.family = name
+            scenario.quota = None
+            make(family, scenario)
+            scenarios.append(scenario)
+    return scenarios
 
 
 def _scenario(rng: random.Random, index: int) -> Scenario:
@@ -272,3 +296,253 @@ def _affinity_terms(rng: random.Random) -> list[list[dict[str, Any]]]:
     return [
         [requirement() for _ in range(rng.choice((1, 1, 2)))] for _ in range(rng.choice((1, 1, 2)))
     ]
+
+
+# ---- families: the admission, validation and scheduling each one varies ----------------------
+
+RANK: Final = "oracle.kge.test/rank"  # a label for Gt and Lt, with values Go reads its own way
+RUNTIME_CLASSES: Final = "/apis/node.k8s.io/v1/runtimeclasses"
+UNREACHABLE: Final = "node.kubernetes.io/unreachable"
+
+
+def _main(scenario: Scenario) -> dict[str, Any]:
+    container: dict[str, Any] = scenario.candidate["spec"]["containers"][0]
+    return container
+
+
+def _used(scenario: Scenario, resource: str) -> int:
+    """What the bound pods request of `resource` (cpu in millicores, memory in GiB)."""
+    total = 0
+    for pod in scenario.background:
+        text = pod["spec"]["containers"][0]["resources"]["requests"].get(resource, "0")
+        total += int(text.removesuffix("m").removesuffix("Gi"))
+    return total
+
+
+def _quota(scenario: Scenario, hard: dict[str, str], **spec: Any) -> None:
+    scenario.quotas.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": f"quota-{len(scenario.quotas)}", "namespace": scenario.namespace},
+            "spec": {"hard": hard, **spec},
+        }
+    )
+
+
+def _quota_pods(rng: random.Random, scenario: Scenario) -> None:
+    _quota(scenario, {"pods": str(len(scenario.background) + rng.choice((0, 0, 1, 3)))})
+
+
+def _quota_cpu(rng: random.Random, scenario: Scenario) -> None:
+    hard = _used(scenario, "cpu") + rng.choice((0, 500, 2000, 100000))
+    _quota(scenario, {"requests.cpu": f"{hard}m"})
+    requests = _main(scenario)["resources"]["requests"]
+    if "cpu" not in requests and rng.random() < 0.7:  # without: refused, cpu not specified
+        requests["cpu"] = rng.choice(("500m", "2"))
+
+
+def _quota_memory(rng: random.Random, scenario: Scenario) -> None:
+    hard = _used(scenario, "memory") + rng.choice((0, 4, 64, 1000))
+    _quota(scenario, {"requests.memory": f"{hard}Gi"})
+    requests = _main(scenario)["resources"]["requests"]
+    if "memory" not in requests and rng.random() < 0.7:
+        requests["memory"] = rng.choice(("4Gi", "32Gi"))
+
+
+def _quota_scoped(rng: random.Random, scenario: Scenario) -> None:
+    hard = rng.choice(({"pods": "0"}, {f"requests.{GPU}": "0"}, {f"requests.{GPU}": "1"}))
+    selector = {"operator": "In", "scopeName": "PriorityClass", "values": [HIGH_PRIORITY]}
+    _quota(scenario, hard, scopeSelector={"matchExpressions": [selector]})
+    if rng.random() < 0.6:
+        scenario.candidate["spec"]["priorityClassName"] = HIGH_PRIORITY
+    else:
+        scenario.candidate["spec"].pop("priorityClassName", None)
+
+
+def _runtime_class(scenario: Scenario, **fields: Any) -> str:
+    """A RuntimeClass of the scenario's own (and its twin with the same overhead and no
+    scheduling, for the probe that lifts node selection); the candidate runs with it."""
+    name = f"oracle-rc-{scenario.index}"
+    scenario.objects.append(
+        (RUNTIME_CLASSES, {"metadata": {"name": name}, "handler": "runc", **fields})
+    )
+    twin = {k: v for k, v in fields.items() if k != "scheduling"}
+    scenario.objects.append(
+        (RUNTIME_CLASSES, {"metadata": {"name": f"{name}-open"}, "handler": "runc", **twin})
+    )
+    scenario.candidate["spec"]["runtimeClassName"] = name
+    return name
+
+
+def _runtime_overhead(rng: random.Random, scenario: Scenario) -> None:
+    cpu, memory = rng.choice(("250m", "2", "8", "30")), rng.choice(("1Gi", "16Gi", "100Gi"))
+    _runtime_class(scenario, overhead={"podFixed": {"cpu": cpu, "memory": memory}})
+
+
+def _runtime_selector(rng: random.Random, scenario: Scenario) -> None:
+    zone = rng.choice(("zone-a", "zone-b"))
+    _runtime_class(scenario, scheduling={"nodeSelector": {ZONE: zone}})
+    if rng.random() < 0.2:  # the pod's own selector on the same key, another value: refused
+        other = "zone-b" if zone == "zone-a" else "zone-a"
+        scenario.candidate["spec"]["nodeSelector"] = {ZONE: other}
+
+
+def _runtime_tolerations(rng: random.Random, scenario: Scenario) -> None:
+    tolerations = [dict(t) for weight, t in TOLERATIONS[:4] if rng.random() < 0.6]
+    _runtime_class(scenario, scheduling={"tolerations": tolerations})
+    scenario.candidate["spec"].pop("tolerations", None)
+
+
+def _limit_range(scenario: Scenario, limit: dict[str, Any]) -> None:
+    scenario.objects.append(
+        (
+            f"/api/v1/namespaces/{scenario.namespace}/limitranges",
+            {"metadata": {"name": "limits"}, "spec": {"limits": [{"type": "Container", **limit}]}},
+        )
+    )
+
+
+def _limit_default(rng: random.Random, scenario: Scenario) -> None:
+    _limit_range(scenario, {"default": {GPU: str(rng.choice((1, 2, 4)))}})
+    resources = _main(scenario)["resources"]
+    for part in ("requests", "limits"):  # a container that asks for no GPU is given one
+        resources[part] = {k: v for k, v in resources[part].items() if "nvidia" not in k}
+
+
+def _limit_max(rng: random.Random, scenario: Scenario) -> None:
+    """A maximum, and so a default limit (a LimitRange's default is its max): a container
+    asking no GPU is given the max. The candidate asks for whole GPUs alone (the probes
+    tell reasons apart for one GPU resource)."""
+    _limit_range(scenario, {"max": {GPU: str(rng.choice((1, 2, 4)))}})
+    resources = _main(scenario)["resources"]
+    amount = str(rng.choice((1, 2, 4, 8)))
+    for part in ("requests", "limits"):
+        resources[part] = {k: v for k, v in resources[part].items() if "nvidia" not in k}
+        resources[part][GPU] = amount
+
+
+def _invalid(rng: random.Random, scenario: Scenario) -> None:
+    resources = _main(scenario)["resources"]
+    spec = scenario.candidate["spec"]
+    choice = rng.randrange(4)
+    if choice == 0:
+        resources["requests"][GPU] = resources["limits"][GPU] = "500m"
+    elif choice == 1:
+        resources["requests"][GPU], resources["limits"][GPU] = "1", "2"
+    elif choice == 2:
+        spec["tolerations"] = [
+            {
+                "key": "dedicated",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+                "tolerationSeconds": 60,
+            }
+        ]
+    else:
+        spec["tolerations"] = [{"key": GPU, "operator": "Exists", "value": "present"}]
+
+
+def _node_name(rng: random.Random, scenario: Scenario) -> None:
+    scenario.candidate["spec"]["nodeName"] = rng.choice(scenario.node_names)
+
+
+def _gt_lt(rng: random.Random, scenario: Scenario) -> None:
+    for node in scenario.nodes:  # valid label values all, read by Go's ParseInt or not
+        node["metadata"]["labels"][RANK] = rng.choice(("1_0", "010", "0x10", "5", "12", "7"))
+    operator = rng.choice(("Gt", "Lt"))
+    bound = rng.choice(("5", "9", "010", "1_0", "+5", "-3", " 5"))
+    terms = scenario.candidate["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    for term in terms:
+        term.setdefault("matchExpressions", []).append(
+            {"key": RANK, "operator": operator, "values": [bound]}
+        )
+
+
+def _ready_unknown(rng: random.Random, scenario: Scenario) -> None:
+    """Nodes whose kubelet stopped posting: Ready Unknown, and the taints the node lifecycle
+    controller sets for that (unreachable, NoSchedule and NoExecute) or not yet."""
+    for node in scenario.nodes:
+        if rng.random() < 0.7:
+            node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+            taints = [t for t in node["spec"]["taints"] if not t["key"].startswith("node.")]
+            if rng.random() < 0.6:
+                taints += [
+                    {"key": UNREACHABLE, "effect": "NoSchedule"},
+                    {"key": UNREACHABLE, "effect": "NoExecute"},
+                ]
+            node["spec"]["taints"] = taints
+    if rng.random() < 0.4:
+        tolerations = scenario.candidate["spec"].setdefault("tolerations", [])
+        tolerations.append({"key": UNREACHABLE, "operator": "Exists", "effect": "NoSchedule"})
+
+
+def _unjudged(rng: random.Random, scenario: Scenario) -> None:
+    """Inter-pod affinity, anti-affinity, topology spread or host ports: what explain names
+    as not judged."""
+    spec = scenario.candidate["spec"]
+    choice = rng.randrange(4)
+    held = {"labelSelector": {"matchLabels": {ROLE: "background"}}}
+    if choice == 0:
+        term = {**held, "topologyKey": "kubernetes.io/hostname"}
+        spec["affinity"]["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [term]
+        }
+        scenario.limits = ("pod anti-affinity",)
+    elif choice == 1:
+        term = {**held, "topologyKey": ZONE}
+        spec["affinity"]["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        scenario.limits = ("pod affinity",)
+    elif choice == 2:
+        spec["topologySpreadConstraints"] = [
+            {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", **held}
+        ]
+        scenario.limits = ("topology spread",)
+    else:
+        for pod in scenario.background[:1]:
+            pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+        _main(scenario)["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+        scenario.limits = ("host ports",)
+
+
+def _preemption(rng: random.Random, scenario: Scenario) -> None:
+    """A high-priority candidate that fits only once bound pods of priority 0 are gone."""
+    spec = scenario.candidate["spec"]
+    spec["priorityClassName"] = HIGH_PRIORITY
+    spec["tolerations"] = [{"operator": "Exists"}]
+    spec.pop("nodeSelector", None)
+    held = [
+        p
+        for p in scenario.background
+        if int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, "0")) > 0
+    ]
+    if held:
+        pod = rng.choice(held)
+        node = next(n for n in scenario.nodes if n["metadata"]["name"] == pod["spec"]["nodeName"])
+        amount = node["status"]["allocatable"][GPU]
+        _main(scenario)["resources"] = {
+            "requests": {GPU: amount, "cpu": "100m"},
+            "limits": {GPU: amount},
+        }
+    scenario.limits = ("preemption",)
+
+
+FAMILIES: Final = {
+    "quota: pods": _quota_pods,
+    "quota: requests.cpu": _quota_cpu,
+    "quota: requests.memory": _quota_memory,
+    "quota: scoped": _quota_scoped,
+    "RuntimeClass: overhead": _runtime_overhead,
+    "RuntimeClass: nodeSelector": _runtime_selector,
+    "RuntimeClass: tolerations": _runtime_tolerations,
+    "LimitRange: default GPU limit": _limit_default,
+    "LimitRange: max": _limit_max,
+    "invalid manifest": _invalid,
+    "spec.nodeName": _node_name,
+    "Gt/Lt label values": _gt_lt,
+    "Ready Unknown": _ready_unknown,
+    "pod affinity, spread, host ports": _unjudged,
+    "preemption": _preemption,
+}
