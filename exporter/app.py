@@ -25,6 +25,7 @@ from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
 from kube_gpu_exporter.exporter.serve.site import (
     Site,
+    ensure_descriptors,
     served_at,
     shut_down,
     start_site,
@@ -159,6 +160,7 @@ def serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     try:
         web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
+        ensure_descriptors(args.max_connections)
         directory = _kube_directory(args)
         sampler = _sampler(args)
         asyncio.run(_serve(args, web_config, sampler, directory))

@@ -65,6 +65,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
     from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
     from kube_gpu_exporter.exporter.serve.site import (
+        ensure_descriptors,
         served_at,
         shut_down,
         start_site,
@@ -73,6 +74,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_config
 
     web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
+    ensure_descriptors(args.max_connections)
     settings = settings_from(args)
     # The view's build (pure Python, up to seconds on a large cluster) and the watches'
     # parsing hold the GIL; a scrape waiting for it gets it at the next forced switch. The

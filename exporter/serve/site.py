@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Awaitable
@@ -18,7 +20,7 @@ from typing import NoReturn
 
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
-from kube_gpu_exporter.exporter.serve.listener import Listener
+from kube_gpu_exporter.exporter.serve.listener import OVERFLOW, Listener
 from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, Source, build_app
 from kube_gpu_exporter.exporter.serve.web_config import WebConfig, web_middlewares
 
@@ -29,6 +31,9 @@ DRAIN_SECONDS = 1.0
 # SIGTERM to exit: the grace period is 15 s (the DaemonSet's, the Deployment's), and the
 # process aims for 5 s whatever a source does (the drain above takes a second of it).
 SHUTDOWN_SECONDS = 4.5
+# Files the process holds besides its connections: listening sockets, NVML's device nodes,
+# the kubelet's and the API server's connections, logs.
+DESCRIPTORS_OF_OUR_OWN = 64
 
 
 class Site:
@@ -69,6 +74,25 @@ async def start_site(args: argparse.Namespace, web_config: WebConfig, source: So
         shown = f"{host}:{port}" if host else f":{port}"
         raise InputError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
     return Site(listener)
+
+
+def ensure_descriptors(max_connections: int) -> None:
+    """Enough open files for `max_connections`, the probes' overflow and the process's own
+    (NVML, the kubelet, the API server, logs): the soft limit raised towards the hard one
+    where it is short, else an InputError. Past the limit, accept fails and scrapes and
+    probes time out with nothing said."""
+    needed = max_connections + OVERFLOW + DESCRIPTORS_OF_OUR_OWN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft < needed:
+            raise InputError(
+                f"--web.max-connections={max_connections} needs {needed} open files and the "
+                f"limit is {soft} (ulimit -n, hard {hard}): lower the flag or raise the limit"
+            )
 
 
 def stop_on_signals() -> asyncio.Event:

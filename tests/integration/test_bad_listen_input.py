@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from inprocess_cli import assert_one_line, offline_cli, run_cli
 
+from support import exporter_command, free_port, run_exporter
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"
 
@@ -141,3 +143,27 @@ def test_cipher_suites_some_handshake_can_use_are_accepted(
     tmp_path: Path, certs: dict[str, tuple[Path, Path]], key: str, settings: str
 ) -> None:
     assert _serve_with(tmp_path, certs[key], settings) == (0, "")
+
+
+@pytest.mark.parametrize("command", ["serve", "cluster"])
+def test_more_connections_than_open_files_is_refused_at_start(command: str) -> None:
+    """`ulimit -n 1024` and --web.max-connections=1024: before, the server started, accept
+    failed with EMFILE, and scrapes and probes timed out with nothing said."""
+    args = ["prlimit", "--nofile=1024:1024", "--"]
+    args += exporter_command(command, f"--web.listen-address=127.0.0.1:{free_port()}")
+    args += ["--simulate", str(DEMO)] if command == "serve" else []
+    done = subprocess.run(
+        [*args, "--web.max-connections=1024"], capture_output=True, text=True, timeout=60
+    )
+    line = assert_one_line(done.returncode, done.stderr, "--web.max-connections=1024")
+    assert "ulimit -n" in line
+
+
+def test_a_soft_open_file_limit_is_raised_towards_the_hard_one(tmp_path: Path) -> None:
+    args = ["--simulate", str(DEMO), "--web.max-connections=1024"]
+    prefix = ["prlimit", "--nofile=256:4096", "--"]
+    with run_exporter(args, tmp_path, prefix=prefix) as exporter:
+        assert exporter.get("/healthz")[0] == 200
+        limits = Path(f"/proc/{exporter.proc.pid}/limits").read_text()
+        soft = int(limits.split("Max open files")[1].split()[0])
+        assert soft >= 1024 + 32
