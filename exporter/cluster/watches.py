@@ -28,6 +28,7 @@ from kube_gpu_exporter.exporter.cluster.quota_events import FAILED_CREATE, Quota
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.view_changes import HeldObjects, Taken
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import WATCH_SECONDS, ListWatch
 
 ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
@@ -68,7 +69,7 @@ class ClusterWatches:
 
     def __init__(
         self,
-        kubeconfig: str | None,
+        kubeconfig: str | Kubeconfig | None,
         settings: ClusterSettings,
         *,
         observe: PodObserver | None = None,

@@ -38,6 +38,7 @@ from typing import Any, Generic, TypeVar
 from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
 from kube_gpu_exporter.exporter.kubernetes.decoding import JSON, Decoder, Event
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.page_prefetch import Prefetch
 
 log = logging.getLogger(__name__)
@@ -294,7 +295,7 @@ def _store(items: dict[str, T], key: str, value: T | None) -> None:
         items[key] = value
 
 
-def node_api_client(node_name: str, kubeconfig: str | None, objects: str) -> Any:
+def node_api_client(node_name: str, kubeconfig: str | Kubeconfig | None, objects: str) -> Any:
     """The API client of a watch that selects one node's `objects` by `spec.nodeName`; an
     empty node name would select every node's, so it is an operator error."""
     if not node_name:

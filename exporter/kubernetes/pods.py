@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     STOP_WAIT_SECONDS,
     WATCH_SECONDS,
@@ -174,7 +175,7 @@ class PodWatcher(Watcher):
     def __init__(
         self,
         node_name: str,
-        kubeconfig: str | None,
+        kubeconfig: str | Kubeconfig | None,
         timeout: float = 10.0,
         *,
         watch_seconds: int = WATCH_SECONDS,

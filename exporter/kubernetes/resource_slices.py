@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import NVIDIA_DRA_DRIVER
+from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     WATCH_SECONDS,
     ListWatch,
@@ -100,7 +101,7 @@ class ResourceSliceWatcher(Watcher):
     def __init__(
         self,
         node_name: str,
-        kubeconfig: str | None,
+        kubeconfig: str | Kubeconfig | None,
         timeout: float = 10.0,
         *,
         driver: str = NVIDIA_DRA_DRIVER,
