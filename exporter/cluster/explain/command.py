@@ -1,11 +1,13 @@
 """`kube-gpu-exporter explain POD [-n NAMESPACE] | -f pod.yaml`: why a GPU pod waits, or
 whether a manifest would schedule before it is submitted.
 
-The cluster is read once (api.py), the pod classified against it (classify.py) and every
-check printed with its evidence (report.py). Exit status: 0 when the pod would schedule
-(or already is), 1 when it would not (the reason on the last line), 2 on bad input — an
-unreadable or invalid manifest, a kubeconfig that does not load, an API server that does not
-answer, a pod that does not exist — as one line on stderr, never a traceback.
+The cluster is read once (api.py), a manifest put through the API server's admission by a
+dry run (admission.py), the pod classified against the cluster (classify.py) and every check
+printed with its evidence (report.py). Exit status: 0 when the pod would schedule (or already
+is), 1 when it would not (the reason on the last line; a manifest that admission refuses),
+2 on bad input — an unreadable manifest or one the API server finds invalid, a kubeconfig
+that does not load, an API server that does not answer, a pod that does not exist — as one
+line on stderr, never a traceback.
 
 The CLI adds the subcommand's flags with `add_arguments`; this module imports only argparse when
 loaded, so other commands do not pay for the cluster view or the kubernetes client.
