@@ -5,7 +5,8 @@ compile from C, so the demo and the tests describe a node the same way. A scenar
 and validated once; `Scenario.state_at(t)` gives the node as it is `t` seconds into the run.
 
 Readings change at timeline keyframes: a keyframe holds its values until the next one, or,
-with `ramp: true`, the values move linearly from the previous keyframe to it (timeline.py).
+with `ramp: true`, the values move linearly from the previous keyframe to it (timeline.py);
+a keyframe's `processes` replace the list, and ramp the same way, process by process.
 The `readings:` keys, their defaults and bounds, and the keys that may be declared
 `unsupported` come from the readings table (exporter/readings_table.py), as do the names the
 evaluated state holds. Every number must be finite and within 2**53 (a float sample's exact
@@ -245,6 +246,41 @@ class ScenarioSpec(_Model):
         return self
 
 
+def _processes_at(base: list[Process], frames: list[Keyframe], t: float) -> tuple[Process, ...]:
+    """The compute processes at time t, keyed as readings are: the last keyframe's list, or,
+    when the next keyframe that lists processes ramps, each process in both lists on its way
+    to the later values (by pid), so a process's memory climbs with its device's. A process
+    only in the earlier list stays until that keyframe; one only in the later list starts at
+    it."""
+    prev_t, prev = 0.0, base
+    for frame in frames:
+        if frame.processes is None:
+            continue
+        if frame.at <= t:
+            prev_t, prev = frame.at, frame.processes
+            continue
+        if frame.ramp and frame.at > prev_t:
+            share = (t - prev_t) / (frame.at - prev_t)
+            later = {p.pid: p for p in frame.processes}
+            return tuple(_between(p, later.get(p.pid), share) for p in prev)
+        break
+    return tuple(prev)
+
+
+def _between(process: Process, later: Process | None, share: float) -> Process:
+    """`process` moved `share` of the way to `later` (memory in whole bytes, as NVML's)."""
+    if later is None:
+        return process
+    memory = process.used_memory_bytes
+    sm = process.sm_utilization
+    return process.model_copy(
+        update={
+            "used_memory_bytes": int(memory + (later.used_memory_bytes - memory) * share),
+            "sm_utilization": sm + (later.sm_utilization - sm) * share,
+        }
+    )
+
+
 # --- the evaluated state at one moment -------------------------------------------------------
 
 
@@ -343,7 +379,6 @@ class Scenario:
         frames = self._frames[index]
         past = [f for f in frames if f.at <= t]
         lost = next((f.lost for f in reversed(past) if f.lost is not None), False)
-        processes = next((f.processes for f in reversed(past) if f.processes is not None), None)
         values = {key: value_at(key, spec.readings, frames, t) for key in FIELDS}
         mig = tuple(self._mig_at(index, j, m, t) for j, m in enumerate(spec.mig))
         numbers = {key: number(key, values[key]) for key in NUMERIC}
@@ -369,7 +404,7 @@ class Scenario:
             unsupported=frozenset(spec.unsupported),
             nvlink_links=spec.nvlink_links,
             xids=tuple(x for f in past for x in f.xid),
-            processes=tuple(spec.processes if processes is None else processes),
+            processes=_processes_at(spec.processes, frames, t),
             mig=mig,
         )
 
