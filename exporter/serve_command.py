@@ -82,10 +82,10 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         type=xid_codes,
         default=(),
         metavar="CODES",
-        help="Xid codes whose counters exist at 0 on every GPU from the start, for queries "
-        "of your own that need increase() to see a first event (default none: every code's "
-        "counter appears at its first event; the alerts tell a first event by the Xid watch's "
-        "start and need no zeros)",
+        help="Xid codes whose counters exist at 0 on every watched GPU (one whose Xid events "
+        "NVML registers) from the start, for queries of your own that need increase() to see a "
+        "first event (default none: every code's counter appears at its first event; the "
+        "alerts tell a first event by the Xid watch's start and need no zeros)",
     )
     serve.add_argument(
         "--simulate",
