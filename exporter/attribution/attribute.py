@@ -61,6 +61,9 @@ WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 
 @dataclass
 class _Holding:
+    """One device and the containers the kubelet says hold it."""
+
+    device: DeviceIdentity
     # holder → the resource it holds the device under; a device held under two names (a
     # renamed and a plain resource) keeps each holder's, the smaller name where one holder has
     # both, so the label never depends on the kubelet's order
@@ -68,81 +71,139 @@ class _Holding:
     replicated: bool = False
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """One device a container holds, as the kubelet names it (device plugins and DRA alike)."""
+
+    holder: Holder
+    resource: str
+    raw_id: str
+    device_id: str | None
+    shared_by_construction: bool
+
+
+@dataclass
+class _Held:
+    """Phase one's answer: the devices held (by uuid), and the ids that name no device."""
+
+    holdings: dict[str, _Holding] = field(default_factory=dict)
+    resolved: list[tuple[Holder, str, DeviceIdentity]] = field(default_factory=list)
+    unmapped: set[tuple[str, str]] = field(default_factory=set)  # (resource, id), each once
+
+
+@dataclass
+class _InUse:
+    """Phase two's answer: what running pods hold and use."""
+
+    allocations: list[AllocationSample] = field(default_factory=list)
+    usage: list[PodUsage] = field(default_factory=list)
+    running: set[Holder] = field(default_factory=set)
+
+
 def attribute(
     devices: tuple[DeviceSample, ...],
     listing: Listing | None,
     directory: PodDirectory,
 ) -> AttributionSample:
-    whole_gpus = [d.identity for d in devices if not d.identity.is_mig]
+    """Three phases: which device each claim names, what the running holders hold and use of
+    it, and what that leaves of the node's capacity."""
     if listing is None:
-        capacity = Capacity(len(whole_gpus), None, None, None)
-        return AttributionSample((), (), capacity, {})
-
+        whole_gpus = sum(not d.identity.is_mig for d in devices)
+        return AttributionSample((), (), Capacity(whole_gpus, None, None, None), {})
     resolver = DeviceResolver(d.identity for d in devices)
-    holdings: dict[str, _Holding] = {}
-    identities: dict[str, DeviceIdentity] = {}
-    unmapped: set[tuple[str, str]] = set()  # (resource, id): each id once, held or advertised
-    # (holder, resource, raw id, device id, shared by construction) for device plugins and
-    # DRA alike.
-    claims: list[tuple[Holder, str, str, str | None, bool]] = []
+    held = _held_devices(_claims(listing, directory), resolver)
+    in_use = _allocations_and_usage(devices, held.holdings, directory)
+    return _with_capacity(devices, listing, resolver, held, in_use)
+
+
+def _claims(listing: Listing, directory: PodDirectory) -> list[_Claim]:
+    """Every device id the kubelet lists as held, from device plugins and from DRA."""
+    claims: list[_Claim] = []
     for alloc in listing.allocations:
         holder = Holder(alloc.namespace, alloc.pod, alloc.container)
+        renamed = alloc.resource.endswith(".shared")
         for raw in alloc.device_ids:
             ref = parse_device_id(raw)
-            renamed = alloc.resource.endswith(".shared")
             shared = ref.replica is not None or renamed
-            claims.append((holder, alloc.resource, raw, ref.base, shared))
+            claims.append(_Claim(holder, alloc.resource, raw, ref.base, shared))
     for dra in listing.dra:
         if dra.driver == c.NVIDIA_DRA_DRIVER:
             # A DRA device is named by pool and device; its ResourceSlice gives the uuid.
             holder = Holder(dra.namespace, dra.pod, dra.container)
             uuid = directory.dra_device_uuid(dra.pool, dra.device)
             raw = f"{dra.pool}/{dra.device}/{dra.share_id or ''}"
-            claims.append((holder, f"dra/{dra.driver}", raw, uuid, dra.share_id is not None))
-    resolved: list[tuple[Holder, str, DeviceIdentity]] = []
-    for holder, resource, raw, device_id, replicated in claims:
-        device = resolver.resolve(device_id) if device_id else None
-        if device is None:
-            unmapped.add((resource, raw))
-            continue
-        resolved.append((holder, resource, device))
-        holding = holdings.setdefault(device.uuid, _Holding())
-        held_as = holding.holders.get(holder)
-        holding.holders[holder] = resource if held_as is None else min(held_as, resource)
-        holding.replicated |= replicated
-        identities[device.uuid] = device
+            shared = dra.share_id is not None
+            claims.append(_Claim(holder, f"dra/{dra.driver}", raw, uuid, shared))
+    return claims
 
+
+def _held_devices(claims: Iterable[_Claim], resolver: DeviceResolver) -> _Held:
+    """Group the claims by the device NVML sees; a claim naming none is unmapped."""
+    held = _Held()
+    for claim in claims:
+        device = resolver.resolve(claim.device_id) if claim.device_id else None
+        if device is None:
+            held.unmapped.add((claim.resource, claim.raw_id))
+            continue
+        held.resolved.append((claim.holder, claim.resource, device))
+        holding = held.holdings.setdefault(device.uuid, _Holding(device))
+        holding.device = device
+        held_as = holding.holders.get(claim.holder)
+        resource = claim.resource if held_as is None else min(held_as, claim.resource)
+        holding.holders[claim.holder] = resource
+        holding.replicated |= claim.shared_by_construction
+    return held
+
+
+def _allocations_and_usage(
+    devices: tuple[DeviceSample, ...],
+    holdings: Mapping[str, _Holding],
+    directory: PodDirectory,
+) -> _InUse:
+    """Each held device's running holders, and their usage: the device's own when one holds it
+    alone, the split by process when it is shared. A pod no longer running holds nothing."""
     samples = {d.identity.uuid: d for d in devices}
-    allocations: list[AllocationSample] = []
-    usage: list[PodUsage] = []
-    running_pods: set[Holder] = set()
+    in_use = _InUse()
     for uuid, holding in sorted(holdings.items()):
-        device = identities[uuid]
+        device = holding.device
         active = {h: directory.labels(h) for h in sorted(holding.holders)}
         running = {h: labels for h, labels in active.items() if labels is not None}
-        running_pods.update(running)
+        in_use.running.update(running)
         shared = holding.replicated or len(running) > 1
+        sharing = "shared" if shared else "exclusive"
         for holder, labels in running.items():
-            sharing = "shared" if shared else "exclusive"
             resource = holding.holders[holder]
-            allocations.append(AllocationSample(device, holder, resource, sharing, labels))
+            in_use.allocations.append(AllocationSample(device, holder, resource, sharing, labels))
         sample = samples.get(uuid)
         if sample is None or not sample.up:
             continue
         if shared:
-            usage.extend(_split(device, sample, running, directory))
+            in_use.usage.extend(_split(device, sample, running, directory))
         else:
-            usage.extend(_exclusive(device, sample, running))
+            in_use.usage.extend(_exclusive(device, sample, running))
+    return in_use
 
-    # What the exporter attributes is what it counts: ids that name no device and pods that
-    # are no longer running are not allocated devices (the former are `unmapped`).
-    allocated: Counter[str] = Counter(r for h, r, _ in resolved if h in running_pods)
+
+def _with_capacity(
+    devices: tuple[DeviceSample, ...],
+    listing: Listing,
+    resolver: DeviceResolver,
+    held: _Held,
+    in_use: _InUse,
+) -> AttributionSample:
+    """The sample, with the capacity and the unmapped ids counted as attribution counted them.
+
+    What the exporter attributes is what it counts: ids that name no device and pods that are
+    no longer running are not allocated devices (the former are `unmapped`).
+    """
+    allocated = Counter(r for h, r, _ in held.resolved if h in in_use.running)
+    unmapped = set(held.unmapped)
     for resource, ids in (listing.allocatable or {}).items():
         unmapped.update((resource, i) for i in ids if resolver.gpu_of(i) is None)
     return AttributionSample(
-        tuple(allocations),
-        tuple(usage),
-        _capacity(devices, listing, resolver, allocations, allocated),
+        tuple(in_use.allocations),
+        tuple(in_use.usage),
+        _capacity(devices, listing, resolver, in_use.allocations, allocated),
         dict(Counter(resource for resource, _ in unmapped)),
     )
 
