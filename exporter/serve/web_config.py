@@ -25,9 +25,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from kube_gpu_exporter.exporter.httpd.web import Middleware
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
 from kube_gpu_exporter.exporter.serve.middleware import BasicAuth, CheckPassword
-from kube_gpu_exporter.exporter.serve.web import Middleware
 
 __all__ = ["CheckPassword", "WebConfig", "WebConfigError", "load_web_config", "web_middlewares"]
 

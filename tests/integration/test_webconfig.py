@@ -22,11 +22,11 @@ import aiohttp
 import bcrypt
 import pytest
 
+from kube_gpu_exporter.exporter.httpd.connection import ConnectionLimits
+from kube_gpu_exporter.exporter.httpd.listener import Listener
+from kube_gpu_exporter.exporter.httpd.web import App, Request, Response
 from kube_gpu_exporter.exporter.serve import middleware
-from kube_gpu_exporter.exporter.serve.connection import ConnectionLimits
-from kube_gpu_exporter.exporter.serve.listener import Listener
 from kube_gpu_exporter.exporter.serve.middleware import MAX_PENDING_CHECKS
-from kube_gpu_exporter.exporter.serve.web import App, Request, Response
 from kube_gpu_exporter.exporter.serve.web_config import (
     WebConfig,
     WebConfigError,

@@ -3,7 +3,7 @@ connection whose request the app is handling, the address over its share paying 
 
 from __future__ import annotations
 
-from kube_gpu_exporter.exporter.serve.client_shares import ConnectionTable, Verdict
+from kube_gpu_exporter.exporter.httpd.client_shares import ConnectionTable, Verdict
 
 
 def table(total: int, per_client: int, busy: set[str] | None = None) -> ConnectionTable[str]:

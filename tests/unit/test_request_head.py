@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kube_gpu_exporter.exporter.serve.request_head import BadRequest, parse_head
+from kube_gpu_exporter.exporter.httpd.request_head import BadRequest, parse_head
 
 PROMETHEUS = (
     b"GET /metrics?x=1 HTTP/1.1\r\n"

@@ -31,16 +31,16 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any, Final
 
-from kube_gpu_exporter.exporter.serve.answer_head import raw_response
-from kube_gpu_exporter.exporter.serve.client_shares import (
+from kube_gpu_exporter.exporter.httpd.answer_head import raw_response
+from kube_gpu_exporter.exporter.httpd.client_shares import (
     ConnectionTable,
     Verdict,
     client_address,
 )
-from kube_gpu_exporter.exporter.serve.connection import Connection, ConnectionLimits
-from kube_gpu_exporter.exporter.serve.tls_wire import TlsWire
-from kube_gpu_exporter.exporter.serve.web import App
-from kube_gpu_exporter.exporter.serve.wire import Wire
+from kube_gpu_exporter.exporter.httpd.connection import Connection, ConnectionLimits
+from kube_gpu_exporter.exporter.httpd.tls_wire import TlsWire
+from kube_gpu_exporter.exporter.httpd.web import App
+from kube_gpu_exporter.exporter.httpd.wire import Wire
 
 log = logging.getLogger(__name__)
 

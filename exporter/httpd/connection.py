@@ -33,15 +33,15 @@ from types import MappingProxyType
 from typing import Any, Final
 from urllib.parse import unquote
 
-from kube_gpu_exporter.exporter.serve.answer_head import (
+from kube_gpu_exporter.exporter.httpd.answer_head import (
     answer_head,
     configured_lines,
     raw_response,
 )
-from kube_gpu_exporter.exporter.serve.client_shares import client_address
-from kube_gpu_exporter.exporter.serve.request_head import BadRequest, parse_head
-from kube_gpu_exporter.exporter.serve.web import App, Request, Response
-from kube_gpu_exporter.exporter.serve.wire import Wire
+from kube_gpu_exporter.exporter.httpd.client_shares import client_address
+from kube_gpu_exporter.exporter.httpd.request_head import BadRequest, parse_head
+from kube_gpu_exporter.exporter.httpd.web import App, Request, Response
+from kube_gpu_exporter.exporter.httpd.wire import Wire
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
-from kube_gpu_exporter.exporter.serve.outbox import Outbox
-from kube_gpu_exporter.exporter.serve.wire import CHUNK, READ_SIZE, Above, Wire
+from kube_gpu_exporter.exporter.httpd.outbox import Outbox
+from kube_gpu_exporter.exporter.httpd.wire import CHUNK, READ_SIZE, Above, Wire
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from kube_gpu_exporter.exporter.serve.outbox import Outbox
+from kube_gpu_exporter.exporter.httpd.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
