@@ -71,6 +71,9 @@ class DeviceSample:
     # (catalog metric name, *its extra labels' values in the metric's order: link, cause,
     # reason; link and type) → value
     labelled: Mapping[tuple[str, ...], float] = field(default_factory=dict)
+    # Whether the GPU's Xid events are counted (registered with the Xid watch): where they are
+    # not, `xid_counts` is empty because nobody counts, and no "no Xid" would be true.
+    xid_watched: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ Two fields are not plain readings:
 
 - The Xid gauge holds the last Xid code seen (dcgm-exporter's meaning), with `err_code` and
   `err_msg` on every code: the catalog's name, dcgm-exporter's "No Error" for 0 and its
-  "Unknown Error" for a code the catalog does not name.
+  "Unknown Error" for a code the catalog does not name. It is served only on GPUs whose Xid
+  events are watched: elsewhere nothing is counted and "No Error" is not known.
 - NVLINK_BANDWIDTH_TOTAL (4.9: NVLINK_THROUGHPUT_TOTAL, the same DCGM field 449) is, despite
   dcgm-exporter's `counter` type, DCGM's rate of NVML's NVLink data counters: KiB per second
   over all links and both directions ÷ 1000 ("MB/s"), as an integer. It is computed here the
@@ -154,8 +155,9 @@ class DcgmCompat:
         """The entity's labels and value for one field, or None where it has none."""
         gpu = entity.gpu
         if field.kind == "xid":
-            # Per GPU (not per MIG instance), and kept for a lost GPU: typically its 79.
-            if gpu is None:
+            # Per GPU (not per MIG instance), and kept for a lost GPU: typically its 79. Only
+            # where Xid events are watched: elsewhere its 0 ("No Error") is not known.
+            if gpu is None or not gpu.xid_watched:
                 return None
             last = self._xids.update(gpu.identity.uuid, gpu.xid_counts)
             return entity.labels | {"err_code": str(last), "err_msg": xid_message(last)}, last

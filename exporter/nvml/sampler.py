@@ -267,7 +267,8 @@ class NvmlSampler:
         xid_watched: frozenset[str],
     ) -> list[DeviceSample]:
         identity = device.identity
-        zeros = self._xid_zeros if identity.uuid in xid_watched else {}
+        watched = identity.uuid in xid_watched
+        zeros = self._xid_zeros if watched else {}
         xids = zeros | xid_counts.get(identity.uuid, {})
         try:
             if device.handle is None:
@@ -296,9 +297,9 @@ class NvmlSampler:
             ]
         except _DeviceLost:
             errors["gpu_is_lost"] += 1
-            down = [DeviceSample(identity, up=False, xid_counts=xids)]
+            down = [DeviceSample(identity, up=False, xid_counts=xids, xid_watched=watched)]
             return down + [DeviceSample(child.identity, up=False) for child in device.children]
-        gpu = DeviceSample(identity, True, values, clock_events, xids, processes, labelled)
+        gpu = DeviceSample(identity, True, values, clock_events, xids, processes, labelled, watched)
         return [gpu, *children]
 
     def _field_values(

@@ -100,9 +100,10 @@ def _mig_identity(parent: DeviceIdentity, mig: MigState) -> DeviceIdentity:
 
 
 def _device_samples(
-    device: DeviceState, errors: Counter[str], xid_codes: tuple[int, ...] = ()
+    device: DeviceState, errors: Counter[str], xid_codes: tuple[int, ...], watched: bool
 ) -> list[DeviceSample]:
-    """The GPU and its MIG instances; faults on the GPU's functions hold for its instances."""
+    """The GPU and its MIG instances; faults on the GPU's functions hold for its instances.
+    Without an Xid watch (`watched` false) nothing is counted, as on NVML without one."""
     identity = DeviceIdentity(
         index=device.index,
         uuid=device.uuid,
@@ -110,18 +111,18 @@ def _device_samples(
         pci_bus_id=device.pci_bus_id,
         minor=device.minor,
     )
-    xids = dict.fromkeys(xid_codes, 0) | dict(Counter(device.xids))
+    xids = (dict.fromkeys(xid_codes, 0) | dict(Counter(device.xids))) if watched else {}
     migs = [(_mig_identity(identity, m), m) for m in device.mig]
     if device.lost:
         errors["gpu_is_lost"] += 1
-        down = [DeviceSample(identity, up=False, xid_counts=xids)]
+        down = [DeviceSample(identity, up=False, xid_counts=xids, xid_watched=watched)]
         return down + [DeviceSample(mig_identity, up=False) for mig_identity, _ in migs]
     faulted = faulted_functions(device.unsupported)
     where = Where.MIG_ENABLED_GPU if device.mig else Where.GPU
     values, labelled = _values(device, where, device.unsupported, device.nvlink_links)
     clock_events = device.clock_events if faulted.isdisjoint(CLOCK_EVENTS.functions) else None
     processes = _processes(device, faulted)
-    gpu = DeviceSample(identity, True, values, clock_events, xids, processes, labelled)
+    gpu = DeviceSample(identity, True, values, clock_events, xids, processes, labelled, watched)
     return [gpu] + [
         DeviceSample(
             mig_identity,
@@ -137,9 +138,11 @@ def node_sample(
     state: NodeState, xid_codes: tuple[int, ...] = (), xid_watch_start: float | None = None
 ) -> NodeSample:
     """What NVML would report for this scenario state (with the NVML sampler's `xid_codes`;
-    `xid_watch_start`: the Unix time the scenario's Xids count from, its start)."""
+    `xid_watch_start`: the Unix time the scenario's Xids count from, its start; None: no Xid
+    watch, so no GPU's Xids are counted)."""
     errors: Counter[str] = Counter()
-    samples = [s for d in state.devices for s in _device_samples(d, errors, xid_codes)]
+    watched = xid_watch_start is not None
+    samples = [s for d in state.devices for s in _device_samples(d, errors, xid_codes, watched)]
     return NodeSample(
         nvml_up=True,
         driver_version=state.driver_version,

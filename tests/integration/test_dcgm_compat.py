@@ -23,18 +23,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
+from fakenvml import write_state
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.catalog.xid import XIDS
 from kube_gpu_exporter.exporter.cli import build_parser
 from kube_gpu_exporter.exporter.exposition import dcgm_fields as dcgm
 from kube_gpu_exporter.exporter.exposition.dcgm_compat import DcgmCompat
 from kube_gpu_exporter.exporter.exposition.render import COMMON_ACCEPT_HEADERS, Rendered, render
+from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
-from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler
+from kube_gpu_exporter.exporter.simulated.sampler import SimulatedSampler, node_sample
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.exporter.snapshot import (
     AllocationSample,
@@ -150,9 +153,9 @@ def nvlink(transmit_mib: float, receive_mib: float, links: int = 2) -> dict[tupl
 def full_h100(
     link_mib: tuple[float, float] = (1000, 500), xids: dict[int, int] | None = None
 ) -> DeviceSample:
-    """An H100 that NVML answers every reading of."""
+    """An H100 that NVML answers every reading of, its Xid events watched."""
     labelled = REMAPPED | nvlink(*link_mib)
-    return DeviceSample(H100, True, GPU_VALUES, THERMAL, xids or {}, None, labelled)
+    return DeviceSample(H100, True, GPU_VALUES, THERMAL, xids or {}, None, labelled, True)
 
 
 def mig_values(used_gib: float, total_mib: float) -> dict[str, float]:
@@ -437,7 +440,7 @@ def test_nvlink_throughput_is_dcgms_rate_between_cycles() -> None:
 def mig_node(*, gpm_on_instances: bool = False) -> NodeSample:
     extra = GPM_VALUES if gpm_on_instances else {}
     return node(
-        DeviceSample(A100, True, A100_VALUES, clock_events=frozenset()),
+        DeviceSample(A100, True, A100_VALUES, clock_events=frozenset(), xid_watched=True),
         DeviceSample(MIG_3G, True, mig_values(12, 19968) | extra),
         DeviceSample(MIG_2G_CI0, True, mig_values(3, 9856) | extra),
         DeviceSample(MIG_2G_CI1, True, mig_values(3, 9856) | extra),
@@ -551,7 +554,7 @@ def test_exclusive_holders_get_pod_labels_shared_devices_none() -> None:
 @pytest.mark.parametrize("schema", dcgm.SCHEMAS)
 def test_a_lost_gpu_keeps_only_its_xid_and_the_rest_keep_reporting(schema: dcgm.Schema) -> None:
     snapshot = snapshot_of(
-        node(full_h100(), DeviceSample(H100B, up=False, xid_counts={79: 1})),
+        node(full_h100(), DeviceSample(H100B, up=False, xid_counts={79: 1}, xid_watched=True)),
     )
     body = parsed(snapshot, DcgmCompat("n", schema))
     xid_name = "DCGM_FI_DEV_XID_ERROR" if schema == "4.9" else "DCGM_FI_DEV_XID_ERRORS"
@@ -569,12 +572,53 @@ def test_a_lost_gpu_keeps_only_its_xid_and_the_rest_keep_reporting(schema: dcgm.
     assert values(body, "nvidia_gpu_up", gpu="1") == [0]
 
 
+XID_NODE = """
+devices:
+  - uuid: GPU-11111111-0000-4000-8000-000000000000
+  - uuid: GPU-22222222-0000-4000-8000-000000000000
+"""
+
+
+def xid_gauges(sample: NodeSample, schema: dcgm.Schema) -> dict[str, float]:
+    """The Xid gauge's value by `gpu` label."""
+    name = "DCGM_FI_DEV_XID_ERROR" if schema == "4.9" else "DCGM_FI_DEV_XID_ERRORS"
+    body = parsed(snapshot_of(sample), DcgmCompat("n", schema))
+    return {labels["gpu"]: value for labels, value in series(body, name)}
+
+
+@pytest.mark.parametrize("schema", dcgm.SCHEMAS)
+def test_a_gpu_whose_xid_events_nvml_will_not_register_has_no_xid_gauge(
+    nvml_state: Path, schema: dcgm.Schema
+) -> None:
+    """dcgm-exporter's 0 says "No Error" since the watch began: on a GPU whose Xid events are
+    not watched nothing is counted, so a 0 there is a reading NVML could not give: absent."""
+    refused = {(1, "nvmlDeviceRegisterEvents"): pynvml.NVML_ERROR_NOT_SUPPORTED}
+    write_state(nvml_state, Scenario.parse(XID_NODE).state_at(0), errors=refused)
+    sampler = NvmlSampler()
+    try:
+        sample = sampler.sample()
+    finally:
+        sampler.close()
+    assert xid_gauges(sample, schema) == {"0": 0}
+
+
+def test_without_an_xid_watch_no_gpu_has_an_xid_gauge() -> None:
+    """A simulated node without a watch (as NVML's `watch_xids=False`) counts nothing either."""
+    state = Scenario.parse(XID_NODE).state_at(0)
+    assert xid_gauges(node_sample(state), "classic") == {}
+    watched = node_sample(state, xid_watch_start=T0)
+    assert xid_gauges(watched, "classic") == {"0": 0, "1": 0}
+
+
 def test_xid_gauge_holds_the_last_xid_as_dcgm_exporter_does() -> None:
     compat = DcgmCompat(hostname="node-a")
 
     def last_xid(counts: dict[int, int]) -> tuple[float, dict[str, str]]:
         body = parsed(
-            snapshot_of(node(DeviceSample(H100, True, GPU_VALUES, xid_counts=counts))), compat
+            snapshot_of(
+                node(DeviceSample(H100, True, GPU_VALUES, xid_counts=counts, xid_watched=True))
+            ),
+            compat,
         )
         ((labels, value),) = series(body, "DCGM_FI_DEV_XID_ERRORS")
         return value, labels
