@@ -6,10 +6,10 @@
 #   docker build -t kube-gpu-exporter .
 #
 # Two stages on the same slim Python base. The builder turns the project and its runtime
-# dependencies into wheels (all of them ship manylinux wheels, so no compiler is needed there
-# either); the final stage installs only those wheels, with no compiler, no build tools, no
-# test extras and no source tree. The installed footprint is measured without a Docker engine
-# by `bench/image_footprint.py` (target: under 200 MB).
+# dependencies, at the versions requirements.lock pins, into wheels (all of them ship manylinux
+# wheels, so no compiler is needed there either); the final stage installs only those wheels,
+# with no compiler, no build tools, no test extras and no source tree. The installed footprint
+# is measured without a Docker engine by `bench/image_footprint.py` (target: under 200 MB).
 #
 # NVML (libnvidia-ml.so.1) is not in the image: the NVIDIA container toolkit mounts the host
 # driver's copy into the container (runtimeClassName: nvidia, or NVIDIA's runtime as the node
@@ -25,15 +25,22 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 WORKDIR /src
-# Only what the wheel is built from: pyproject.toml names README.md as the long description.
+# The runtime dependencies first, exactly as requirements.lock pins them, each wheel checked
+# against its hash, so two builds of one commit install the same bytes (`make lock` writes the
+# lock from pyproject.toml's ranges; a dependency missing from it fails here, never fetched
+# unpinned). Their layer is cached until the lock changes. The `test` extra is never asked for.
+COPY requirements.lock ./
+RUN pip wheel --no-cache-dir --require-hashes --wheel-dir /wheels -r requirements.lock
+
+# Then the project's own wheel: only what it is built from (pyproject.toml names README.md as
+# the long description). Its dependencies are the wheels above: the final stage's install,
+# from them alone, fails if the lock does not satisfy pyproject.toml's ranges.
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 COPY rules ./rules
 COPY grafana ./grafana
 COPY demo ./demo
-
-# [project.dependencies] only: the `test` extra (pytest, grpcio-tools, mypy, …) is never asked for.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- final: the installed wheels on a clean slim base --------------------------------------------
 FROM ${PYTHON_IMAGE}

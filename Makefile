@@ -102,6 +102,12 @@ check: lint
 image-footprint: $(STAMP)
 	$(PY) bench/image_footprint.py
 
+# Pin the image's runtime dependencies again, with their wheels' hashes, from pyproject.toml's
+# ranges into requirements.lock (needs the package index; commit the result).
+.PHONY: lock
+lock: $(STAMP)
+	$(PY) tools/lock.py
+
 # Regenerate deploy/ and docs/runbooks.md from the thresholds (commit the result).
 generate: $(STAMP)
 	$(VENV)/bin/kube-gpu-exporter generate

@@ -8,6 +8,7 @@ The wheel is built as the builder builds it and checked for what the image runs.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import re
@@ -21,12 +22,18 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.serve_command import DEFAULT_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
+LOCK = REPO / "requirements.lock"
+PIP_WHEEL = ["pip", "wheel"]
 # Source folder → the package it becomes (setuptools' package-dir).
 SOURCE_DIRS = {
     "exporter": "kube_gpu_exporter/exporter",
@@ -165,10 +172,111 @@ def test_two_stages_on_one_slim_python_base(stages: list[Stage]) -> None:
     assert stages[-1].image == builder.image, "the wheels are built for the final stage's Python"
 
 
-def test_the_builder_makes_wheels_of_the_runtime_dependencies(stages: list[Stage]) -> None:
-    runs = " ".join(stages[0].all("RUN"))
-    assert re.search(r"\bpip wheel\b.*--wheel-dir[ =]/wheels\b.* \.$", runs), runs
-    assert "[test]" not in runs and "--no-deps" not in runs
+def _pip_wheels(stage: Stage) -> list[list[str]]:
+    """The arguments of every `pip wheel` the stage runs."""
+    return [cmd[2:] for run in stage.all("RUN") for cmd in _commands(run) if cmd[:2] == PIP_WHEEL]
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The value of `--name value` or `--name=value` in pip's arguments."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def test_the_builder_makes_wheels_of_the_locked_dependencies_then_the_project(
+    stages: list[Stage],
+) -> None:
+    builder = stages[0]
+    dependencies, project = _pip_wheels(builder)
+    # Exactly the lock, hash-checked; without --no-deps, a dependency missing from the lock
+    # fails the build instead of being fetched unpinned.
+    assert _option(dependencies, "-r") == LOCK.name and "--require-hashes" in dependencies
+    assert "--no-deps" not in dependencies and "." not in dependencies
+    # The project's own wheel: its dependencies are already there.
+    assert project[-1] == "." and "--no-deps" in project
+    for args in (dependencies, project):
+        assert _option(args, "--wheel-dir") == "/wheels"
+        assert not any("[test]" in a for a in args)
+    assert any(LOCK.name in copy.split()[:-1] for copy in builder.all("COPY"))
+
+
+# --- the lock -----------------------------------------------------------------------------------
+
+
+def locked() -> dict[str, tuple[Version, list[str]]]:
+    """name → (the version requirements.lock pins, the sha256 hashes it allows)."""
+    text = LOCK.read_text(encoding="utf-8").replace("\\\n", " ")
+    pins = {}
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        name, _, version = words[0].partition("==")
+        hashes = [w.removeprefix("--hash=sha256:") for w in words[1:]]
+        assert version and all(w.startswith("--hash=sha256:") for w in words[1:]), line
+        pins[canonicalize_name(name)] = (Version(version), hashes)
+    return pins
+
+
+def _runtime_requirements() -> list[Requirement]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return [Requirement(d) for d in project["dependencies"]]
+
+
+def test_the_lock_pins_each_runtime_dependency_within_pyprojects_range() -> None:
+    pins = locked()
+    for requirement in _runtime_requirements():
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not in requirements.lock: run `make lock`"
+        version, _ = pins[name]
+        assert version in requirement.specifier, (
+            f"requirements.lock pins {name}=={version}, outside pyproject's "
+            f"{requirement.specifier}: run `make lock`"
+        )
+    for name, (_, hashes) in pins.items():
+        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), name
+
+
+def test_the_lock_holds_what_its_packages_require() -> None:
+    """Checked for each locked package installed here at the locked version (pip reads the
+    others' requirements only from the index): what it requires on the image's Python and
+    Linux is locked too, at a version it accepts."""
+    pins = locked()
+    python = parse(DOCKERFILE.read_text(encoding="utf-8"))[0]["PYTHON_IMAGE"]
+    version = re.match(r"python:(\d+\.\d+)", python)
+    assert version, python
+    environment = default_environment() | {
+        "python_version": version.group(1),
+        "python_full_version": f"{version.group(1)}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "extra": "",
+    }
+    checked, missing = 0, []
+    for name, (pinned, _) in pins.items():
+        try:
+            installed = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if Version(installed.version) != pinned:
+            continue
+        checked += 1
+        for line in installed.requires or []:
+            needed = Requirement(line)
+            if needed.marker is not None and not needed.marker.evaluate(environment):
+                continue
+            dependency = canonicalize_name(needed.name)
+            if dependency not in pins or pins[dependency][0] not in needed.specifier:
+                missing.append(f"{name} requires {needed}")
+    assert checked >= len(_runtime_requirements()) // 2, "too few locked packages installed here"
+    assert not missing, f"{missing}: run `make lock`"
 
 
 def test_the_final_stage_installs_only_the_builders_wheels(final: Stage) -> None:
@@ -226,7 +334,15 @@ def test_oci_labels(final: Stage) -> None:
 
 def test_the_build_context_keeps_what_the_build_reads() -> None:
     ignored = (REPO / ".dockerignore").read_text(encoding="utf-8").split()
-    for needed in ("pyproject.toml", "README.md", "exporter", "rules", "grafana", "bench"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        LOCK.name,
+        "exporter",
+        "rules",
+        "grafana",
+        "bench",
+    ):
         assert needed not in ignored
     for heavy in (".venv", ".git", "bench/results", "**/__pycache__"):
         assert heavy in ignored
