@@ -17,9 +17,14 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
-from kube_gpu_exporter.exporter.httpd.answer_head import RETRY_AFTER_SECONDS
-from kube_gpu_exporter.exporter.httpd.client_shares import Refusal, Shares
-from kube_gpu_exporter.exporter.httpd.web import Handler, Request, Response
+from kube_gpu_exporter.exporter.httpd import (
+    RETRY_AFTER_SECONDS,
+    Handler,
+    Refusal,
+    Request,
+    Response,
+    Shares,
+)
 
 __all__ = ["BasicAuth", "CheckPassword"]
 

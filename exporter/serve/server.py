@@ -13,9 +13,16 @@ from typing import Protocol
 
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.exposition.families import device_labels
-from kube_gpu_exporter.exporter.httpd.answer_head import RETRY_AFTER_SECONDS
-from kube_gpu_exporter.exporter.httpd.client_shares import Refusal, Shares
-from kube_gpu_exporter.exporter.httpd.web import App, Handler, Middleware, Request, Response
+from kube_gpu_exporter.exporter.httpd import (
+    RETRY_AFTER_SECONDS,
+    App,
+    Handler,
+    Middleware,
+    Refusal,
+    Request,
+    Response,
+    Shares,
+)
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 
 

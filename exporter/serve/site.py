@@ -18,8 +18,7 @@ import sys
 from collections.abc import Awaitable
 from typing import NoReturn
 
-from kube_gpu_exporter.exporter.httpd.connection import ConnectionLimits
-from kube_gpu_exporter.exporter.httpd.listener import OVERFLOW, Listener
+from kube_gpu_exporter.exporter.httpd import OVERFLOW, ConnectionLimits, Listener
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, Source, build_app
 from kube_gpu_exporter.exporter.serve.web_config import WebConfig, web_middlewares

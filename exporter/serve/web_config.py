@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from kube_gpu_exporter.exporter.httpd.web import Middleware
+from kube_gpu_exporter.exporter.httpd import Middleware
 from kube_gpu_exporter.exporter.input_errors import InputError, validation_problem
 from kube_gpu_exporter.exporter.serve.middleware import BasicAuth, CheckPassword
 

@@ -22,9 +22,7 @@ import aiohttp
 import bcrypt
 import pytest
 
-from kube_gpu_exporter.exporter.httpd.connection import ConnectionLimits
-from kube_gpu_exporter.exporter.httpd.listener import Listener
-from kube_gpu_exporter.exporter.httpd.web import App, Request, Response
+from kube_gpu_exporter.exporter.httpd import App, ConnectionLimits, Listener, Request, Response
 from kube_gpu_exporter.exporter.serve import middleware
 from kube_gpu_exporter.exporter.serve.middleware import MAX_PENDING_CHECKS
 from kube_gpu_exporter.exporter.serve.web_config import (
