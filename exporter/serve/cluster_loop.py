@@ -18,21 +18,14 @@ freezes what lives after each cycle (frozen_heap.py); a full collection runs aft
 (re)list and when the heap really grows. Frozen objects are still freed by reference
 counting when the watch or the next cycle replaces them.
 
-The cycle is pure Python for up to a second at 150,000 pods, in its own thread; a scrape
-arriving meanwhile takes the GIL from it about three times (woken by epoll, after the
-read, after the write), and each time waits out CPython's switch interval: 5 ms by
-default, so up to 15 ms a scrape. The cluster process sets it to 0.2 ms: the cycle is
-interrupted more often only while another thread wants the GIL. At 150,000 pods (bench/
-cluster.py --scale 3) the scrapes overlapping a cycle, the cluster idle, measured p99 6.9 ms
-at 1 ms and 2.0 ms at 0.2 ms, and wrk's 16 connections under churn 16.6 and 5.6 ms (Go's
-net/http serving the same bytes beside it: 4.9 and 5.3 ms).
+The process's GIL switch interval, which decides how long a scrape waits while a cycle runs,
+is set by the command (cluster_app.py), not here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -53,7 +46,6 @@ from kube_gpu_exporter.exporter.serve.frozen_heap import FrozenHeap
 
 log = logging.getLogger(__name__)
 
-SWITCH_INTERVAL_S = 0.0002  # the GIL handed to a waiting thread after this long (above)
 TEXT_ACCEPT = ""  # what curl and Prometheus' fallback ask: rendered before publishing
 
 
@@ -115,9 +107,8 @@ class ClusterLoop:
         return "the nodes, pods and resourcequotas have not all been listed yet"
 
     def start(self) -> None:
-        """Start the cycles; the process's collector and GIL switch set for them."""
+        """Start the cycles; the process's collector set for them (frozen_heap.py)."""
         self._heap.start()
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-view")
 
     async def stop(self) -> None:
