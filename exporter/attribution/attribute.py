@@ -2,9 +2,9 @@
 
 A pure function of one cycle's NVML sample, the kubelet's latest pod-resources listing and a
 directory of pods. The rule that matters most: on a shared GPU (time-slicing, MPS, several
-holders) a device's own utilization and memory are never copied onto each holder — that is
-dcgm-exporter's best-known defect. Each holder gets what its own processes use, or nothing
-when that cannot be known.
+holders) a device's own utilization and memory are never copied onto each holder, as
+dcgm-exporter does by default (its per-process mode repeats a pod's share once per replica it
+holds). Each holder gets what its own processes use, once, or nothing when that cannot be known.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ its device labels and, where one container holds the device alone, that containe
 Where this departs from dcgm-exporter, it is on purpose:
 
 - A device shared by time-slicing, MPS or several containers is emitted once, without pod
-  labels: its values are the device's, and copying them onto every sharer (dcgm-exporter's
-  best-known defect) makes each look as if it used all of it. The per-pod split lives in
-  `nvidia_gpu_pod_*`.
+  labels: its values are the device's, and copying them onto every sharer (as dcgm-exporter
+  does, for every field but utilization and framebuffer in its per-process mode) makes each
+  look as if it used all of it. The per-pod split lives in `nvidia_gpu_pod_*`.
 - A MIG-partitioned GPU's device-wide readings (temperature, power, clocks, energy, Xid) are
   emitted once, on the GPU's own series without MIG labels, instead of copied onto each MIG
   instance; the instances carry what is theirs (framebuffer, GPM activity) and their holder's
