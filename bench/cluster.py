@@ -59,7 +59,8 @@ from report import load_average, machine, update_readme
 from scrape_client import BUILD, ScrapeLog, scrape_apart
 
 from kube_gpu_exporter.demo.kube_api import PODS_PATH, KubeApiServer, write_kubeconfig
-from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
+from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS
+from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 
 README = Path(__file__).resolve().with_name("README.md")
 START, END = "<!-- cluster:start -->", "<!-- cluster:end -->"

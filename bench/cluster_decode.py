@@ -2,7 +2,7 @@
 
 In-process, no server: bench/cluster_fleet.py's cluster at `--scale 3` (6,000 nodes, 150,000
 pods of 4-6 KiB of JSON each) is written to a file as the API server sends it — list pages
-of watches.PAGE objects, then pod watch events (MODIFIED) — and each decoder reads it in a
+of paged_list.PAGE objects, then pod watch events (MODIFIED) — and each decoder reads it in a
 fresh process of its own, so that each has its own peak RSS. A process reads a page's bytes
 (untimed), decodes it and parses every object as `ListWatch` and `ClusterWatches` do, keeping
 the values by key (ended pods and pending pods without GPUs dropped); then the events. The
@@ -43,7 +43,7 @@ from report import _cpu_model, load_average
 
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod
 from kube_gpu_exporter.exporter.cluster.settings import DEFAULT_SETTINGS
-from kube_gpu_exporter.exporter.cluster.watches import PAGE
+from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 
 PATHS = ("json", "msgspec")
 DECODE_ONLY = "msgspec-decode-only"

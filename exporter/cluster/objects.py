@@ -22,6 +22,8 @@ NO_SCHEDULE: Final = "NoSchedule"
 NO_EXECUTE: Final = "NoExecute"
 PREFER_NO_SCHEDULE: Final = "PreferNoSchedule"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+# The pods that have not ended, as a field selector: the API server leaves the others out.
+ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
 NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
 # The taint of a cordoned node; the scheduler's NodeUnschedulable plugin reads the cordon
 # itself (`spec.unschedulable`), so the view adds it where the node does not carry it yet.

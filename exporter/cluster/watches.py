@@ -2,12 +2,13 @@
 and the FailedCreate events, kept current by `ListWatch` (410 relist, backoff, health) in
 four threads.
 
-Each object is parsed into the slim values of objects.py as it arrives, so what is held is
-about 2 KiB per pod whatever its spec; lists are paged (`PAGE`), so the raw JSON of
-the whole cluster is never in memory at once either. Pods that cannot matter are not held at all:
-ended pods (the server filters them out, and one that ends leaves the watch) and pods that
-wait for the scheduler without requesting a GPU (they hold nothing on any node). Of the
-events only GPU quota refusals are held, each as its count (quota_events.py).
+Each object is parsed into the slim values of objects.py as it arrives, so what is held of a
+pod is what the view reads, whatever its spec (bench/README.md has the figure); lists are
+paged (`PAGE`), so the raw JSON of the whole cluster is never in memory at once either.
+Pods that cannot matter are not held at all: ended pods (the server filters them out, and one
+that ends leaves the watch) and pods that wait for the scheduler without requesting a GPU
+(they hold nothing on any node). Of the events only GPU quota refusals are held, each as
+its count (quota_events.py).
 
 The watch threads change their dicts through `HeldObjects` (view_changes.py), which notes
 each change under a lock; `take()` hands the loop each resource's objects at one moment with
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
+from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS, Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
 from kube_gpu_exporter.exporter.cluster.quota_events import FAILED_CREATE, QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
@@ -30,11 +31,8 @@ from kube_gpu_exporter.exporter.cluster.view_changes import HeldObjects, Taken
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import WATCH_SECONDS, ListWatch
+from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 
-ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
-# Lists come in pages of this many objects, so only one page of raw JSON is held at a time
-# (a real node object carries its image list, tens of KiB; a pod its whole spec).
-PAGE: Final = 500
 # kube-apiserver filters events by reason, so other events never cross the wire
 REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"

@@ -70,7 +70,7 @@ Request = Callable[..., Any]
 
 class ApiError(Exception):
     """A non-2xx answer: `status` (the HTTP code), `reason` and `body` (the Status JSON),
-    the attributes list_watch's `status_code` and `summary` read."""
+    the attributes api_errors' `status_code` and `summary` read."""
 
     def __init__(self, status: int, reason: str, body: str) -> None:
         super().__init__(f"HTTP {status} {reason}".strip())

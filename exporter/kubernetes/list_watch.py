@@ -1,18 +1,17 @@
 """A list-and-watch of one kind of Kubernetes object, kept current in a daemon thread.
 
-The pod watch (`kube_pods.py`) and the ResourceSlice watch (`resource_slices.py`) share it.
-The `kubernetes` client is synchronous, so each watch runs in its own thread; readers get the
-latest published value and never wait on the API. The client's config loading, auth and TLS
-are used as they are, but responses are read as raw JSON (`_preload_content=False`):
-deserialising into the client's model classes costs much CPU for nothing we need, and owning
-the HTTP response lets `stop()` abort a watch at once.
+The node's pod watch (`pods.py`), the ResourceSlice watch (`resource_slices.py`) and the
+cluster view's watches (`cluster/watches.py`) share it. The API client (`client.py`) is
+synchronous, so each watch runs in its own thread; readers get the latest published value and
+never wait on the API. Responses are read raw (`_preload_content=False`) and decoded straight
+into what the parser keeps (`decoding.py`), and owning the HTTP response lets `stop()` abort a
+watch at once.
 
 List and watch follow client-go's reflector:
 - list with `resourceVersion=0` (served from the API server's watch cache, cheap when every
   node's exporter relists at once after an API server restart) — or, with `page_size` (the
   cluster mode's one process, which lists everything), in consistent pages of that many
-  objects, as client-go's pager does (the next page asked for while one is decoded:
-  page_prefetch.py) —, then watch from the list's
+  objects, as client-go's pager does (paged_list.py) —, then watch from the list's
   resourceVersion with bookmarks; a watch that ends normally is resumed from the last seen
   resourceVersion, without a relist;
 - 410 Gone (expired resourceVersion; an HTTP 410 or an ERROR event with code 410) → relist at
@@ -28,7 +27,6 @@ List and watch follow client-go's reflector:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import socket
 import threading
@@ -36,10 +34,16 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from kube_gpu_exporter.exporter.catalog.errors import KUBERNETES_ERROR_KINDS
+from kube_gpu_exporter.exporter.kubernetes.api_errors import (
+    WatchError,
+    check_status,
+    classify,
+    summary,
+)
 from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client
 from kube_gpu_exporter.exporter.kubernetes.decoding import JSON, Decoder, Event
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
-from kube_gpu_exporter.exporter.kubernetes.page_prefetch import Prefetch
+from kube_gpu_exporter.exporter.kubernetes.paged_list import PagedList, read_body
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +66,6 @@ Store = Callable[[dict[str, T], str, T | None], None]
 
 class NotServed(Exception):
     """The API server does not serve the watched resource (404 on every version tried)."""
-
-
-class WatchError(Exception):
-    """An ERROR event in the watch stream (a Status object), or a non-2xx response."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
 
 
 class ListWatch(Generic[T]):
@@ -200,51 +196,27 @@ class ListWatch(Generic[T]):
     def _list(self, resource_version: str | None) -> tuple[dict[str, T], str]:
         """The objects and the list's resourceVersion. With `page_size`, in pages read from
         etcd (a consistent list: the watch cache's `resourceVersion=0` answers ignore
-        `limit`), so that only one page of raw JSON is in memory at a time, never the whole
-        cluster's pod specs at once."""
-        items: dict[str, T] = {}
+        `limit`), so that only a page or two of raw JSON is in memory at a time, never the
+        whole cluster's pod specs at once (paged_list.py)."""
         params: dict[str, Any] = {"_request_timeout": (self._timeout, self._timeout)}
         if self._page_size is not None:
             params["limit"] = self._page_size
         elif resource_version is not None:
             params["resource_version"] = resource_version
-        data = self._fetch(params)
-        while True:
-            ahead = self._ahead(data, params)  # the next page asked for before this is decoded
-            page = self._decoder.page(data)
-            del data
-            for obj in page.items:
-                parsed = self._parse(obj)
-                if parsed is not None and parsed[1] is not None:
-                    items[parsed[0]] = parsed[1]
-            token = page.token
-            if self._page_size is None or not token or self._stop.is_set():
-                return items, page.version
-            del page
-            params["_continue"] = token
-            data = ahead[1].result() if ahead and ahead[0] == token else self._fetch(params)
+        listed = PagedList(self.name, self._fetch, params, self._decoder, follow=self._paging)
+        items: dict[str, T] = {}
+        for obj in listed:
+            parsed = self._parse(obj)
+            if parsed is not None and parsed[1] is not None:
+                items[parsed[0]] = parsed[1]
+        return items, listed.version
 
-    def _ahead(self, data: bytes, params: Mapping[str, Any]) -> tuple[Any, Prefetch] | None:
-        """The next page of a paged list, fetched while this one is decoded (page_prefetch.py),
-        with the token it was asked with; None on the last page or an unpaged list."""
-        if self._page_size is None or self._stop.is_set():
-            return None
-        token = self._decoder.token(data)
-        if not token:
-            return None
-        return token, Prefetch(self.name, self._fetch, {**params, "_continue": token})
+    def _paging(self) -> bool:
+        """Whether the list goes on to its next page: paged, and not being stopped."""
+        return self._page_size is not None and not self._stop.is_set()
 
     def _fetch(self, params: Mapping[str, Any]) -> bytes:
-        """One list request's body."""
-        response = self._request(_preload_content=False, **params)
-        try:
-            _check_status(response)
-            return bytes(response.data)
-        except BaseException:
-            response.close()  # never hand a half-read connection back to the pool
-            raise
-        finally:
-            response.release_conn()
+        return read_body(self._request, params)
 
     def _watch(self, items: dict[str, T], version: str) -> str:
         """One watch request, applied to `items` as events arrive; returns the last
@@ -262,7 +234,7 @@ class ListWatch(Generic[T]):
         try:
             if self._stop.is_set():
                 return version
-            _check_status(response)
+            check_status(response)
             self._backoff = BACKOFF_INITIAL_SECONDS
             for line in _lines(response):
                 version = self._apply(items, self._decoder.event(line), version)
@@ -323,13 +295,6 @@ class Watcher:
         return self._watch.errors_total
 
 
-def _check_status(response: Any) -> None:
-    """Older clients return non-2xx raw responses without raising; treat them as errors."""
-    status = getattr(response, "status", 200)
-    if not 200 <= status <= 299:
-        raise WatchError(status, getattr(response, "reason", "") or "")
-
-
 def _lines(response: Any) -> Iterator[bytes]:
     """The newline-delimited events of a chunked watch response, as they arrive."""
     buffer = b""
@@ -350,40 +315,3 @@ def _abort(response: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-
-
-def status_code(exc: BaseException) -> int | None:
-    """The HTTP status of an API failure (ApiException or WatchError), if it has one."""
-    code = exc.code if isinstance(exc, WatchError) else getattr(exc, "status", None)
-    return code if isinstance(code, int) and code else None
-
-
-def summary(exc: BaseException) -> str:
-    """One line for the log: the client's ApiException prints headers and body over lines."""
-    code = status_code(exc)
-    if code is None or isinstance(exc, WatchError):
-        return " ".join(str(exc).split())[:300]
-    message = getattr(exc, "reason", "") or ""
-    with contextlib.suppress(Exception):
-        message = json.loads(getattr(exc, "body", "") or "{}").get("message") or message
-    return f"HTTP {code}: {' '.join(str(message).split())[:300]}"
-
-
-def classify(exc: BaseException) -> str:
-    """The `errors_total` kind of a list/watch failure."""
-    import urllib3.exceptions as u3
-
-    code = status_code(exc)
-    if code is not None:
-        if code == 410:
-            return "gone"
-        return "server_error" if code >= 500 or code == 429 else "other"
-    if isinstance(exc, u3.MaxRetryError) and exc.reason is not None:
-        return classify(exc.reason)
-    if isinstance(exc, u3.NewConnectionError | u3.ProtocolError | ConnectionError):
-        return "connection"
-    if isinstance(exc, u3.TimeoutError | TimeoutError):
-        return "timeout"
-    if isinstance(exc, u3.HTTPError | OSError) or getattr(exc, "status", None) == 0:
-        return "connection"
-    return "other"

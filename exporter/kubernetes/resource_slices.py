@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import NVIDIA_DRA_DRIVER
+from kube_gpu_exporter.exporter.kubernetes.api_errors import status_code
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     WATCH_SECONDS,
@@ -28,7 +29,6 @@ from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     NotServed,
     Watcher,
     node_api_client,
-    status_code,
 )
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")

@@ -34,9 +34,10 @@ from cluster_objects import make_gpu_pod, make_node, make_quota, quota_refusal
 from kube_gpu_exporter.demo.kube_api import make_event
 from kube_gpu_exporter.exporter.cluster.quota_events import QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
-from kube_gpu_exporter.exporter.cluster.watches import PAGE, REFUSALS
+from kube_gpu_exporter.exporter.cluster.watches import REFUSALS
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
+from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 from kubelet_server import FakeKubelet, claim, claim_device, container, devices, kubelet_args, pod
 from support import Exporter, run_exporter, values, wait_until
 

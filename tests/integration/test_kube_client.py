@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from kube_gpu_exporter.demo.kube_api import NODE, KubeApiServer, make_pod
+from kube_gpu_exporter.exporter.kubernetes.api_errors import classify, summary
 from kube_gpu_exporter.exporter.kubernetes.client import ApiClient, ApiError, api_client
 from kube_gpu_exporter.exporter.kubernetes.connection import KubernetesConfigError
 from kube_gpu_exporter.exporter.kubernetes.in_cluster import load_in_cluster
-from kube_gpu_exporter.exporter.kubernetes.list_watch import classify, summary
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"

@@ -4,6 +4,7 @@ for the other. Real HTTP against the test API server, the cluster's own pod deco
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from cluster_objects import make_gpu_pod
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
 from kube_gpu_exporter.exporter.cluster.decode import decoders
-from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS
+from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.decoding import Page
 from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
@@ -82,3 +83,66 @@ def test_the_next_page_is_asked_for_before_this_one_is_decoded(tmp_path: Path) -
         finally:
             watch.stop()
             client.close()
+
+
+class PagesOfOne:
+    """A list of `pages` pages of one pod each, answered in memory, noting the thread that
+    asked for each page; the watch after it waits until it is aborted."""
+
+    def __init__(self, pages: int) -> None:
+        self.pages = pages
+        self.asked_by: dict[str, threading.Thread] = {}
+
+    def request(self, **params: Any) -> Any:
+        if params.get("watch"):
+            return Answer(b"")
+        at = int(params.get("_continue") or 0)
+        self.asked_by[str(at)] = threading.current_thread()
+        following = str(at + 1) if at + 1 < self.pages else ""
+        page = {
+            "metadata": {"resourceVersion": "7", "continue": following},
+            "items": [{"metadata": {"name": f"pod-{at}"}}],
+        }
+        return Answer(json.dumps(page).encode())
+
+
+class Answer:
+    """Enough of urllib3's response for ListWatch: a body, or a watch that never speaks."""
+
+    status = 200
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._aborted = threading.Event()
+
+    def stream(self, amt: Any = None, decode_content: bool = True) -> Any:
+        self._aborted.wait(10)
+        yield from ()
+
+    def shutdown(self) -> None:
+        self._aborted.set()
+
+    def close(self) -> None:
+        self._aborted.set()
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_a_list_of_ten_pages_fetches_ahead_in_one_thread() -> None:
+    answers = PagesOfOne(10)
+    held: list[Any] = []
+
+    def parse(obj: Any) -> tuple[str, Any]:
+        return obj["metadata"]["name"], obj
+
+    watch = ListWatch("pods", answers.request, parse, held.append, page_size=1)
+    watch.start()
+    try:
+        wait_until(lambda: held, what="the list")
+        assert len(held[0]) == 10 and len(answers.asked_by) == 10
+        ahead = {t for t in answers.asked_by.values() if t.name.endswith("-next-page")}
+        assert len(ahead) == 1  # pages 2 to 10, each asked for ahead by the list's one worker
+        assert answers.asked_by["0"] not in ahead
+    finally:
+        watch.stop()

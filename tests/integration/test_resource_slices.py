@@ -193,7 +193,7 @@ def test_api_errors_are_logged_on_one_line() -> None:
     are the common case and must read as one line naming the reason."""
     from kubernetes.client.exceptions import ApiException
 
-    from kube_gpu_exporter.exporter.kubernetes.list_watch import summary
+    from kube_gpu_exporter.exporter.kubernetes.api_errors import summary
 
     refused = ApiException(status=403, reason="Forbidden")
     refused.body = '{"kind": "Status", "message": "resourceslices.resource.k8s.io is forbidden"}'

@@ -24,7 +24,7 @@ from control_plane import run_control_plane
 
 from cluster_objects import make_gpu_pod
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
-from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS
+from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS
 
 Event = tuple[str, str, str]  # type, pod name, its phase in the event
 EXPECTED: list[Event] = [

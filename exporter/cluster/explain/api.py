@@ -4,14 +4,15 @@ the manifest's dry-run create, whose refusals admission.py reads.
 
 The same client as the exporter's watches (`kubernetes/client.py`: kubeconfig or in-cluster
 config, its auth and TLS), with responses read as JSON and parsed straight into the slim
-values, so a 50,000-pod cluster is never held as client model objects. Pods are listed with
-the server filtering out ended ones, in pages of `PAGE` items. Every failure is one
-InputError line (exit 2): a kubeconfig that does not load, an API server that does not
-answer, a refusal, a pod that does not exist.
+values. Lists are read as the watches read theirs (`kubernetes/paged_list.py`), in pages of
+`PAGE` items, pods with the server filtering out ended ones. Every failure is one InputError
+line (exit 2): a kubeconfig that does not load, an API server that does not answer, a
+refusal, a pod that does not exist.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -20,14 +21,15 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
-from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
+from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS, Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
-from kube_gpu_exporter.exporter.cluster.watches import ACTIVE_PODS, PAGE
 from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.kubernetes.api_errors import classify, status_code, summary
 from kube_gpu_exporter.exporter.kubernetes.client import ApiError, Request, api_client
+from kube_gpu_exporter.exporter.kubernetes.decoding import JSON, Event, Page
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
-from kube_gpu_exporter.exporter.kubernetes.list_watch import classify, status_code, summary
+from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE, PagedList, read_body
 
 TIMEOUT: Final = (10.0, 60.0)  # seconds: connect, read
 DEFAULT_KUBECONFIG: Final = Path("~/.kube/config")
@@ -80,7 +82,7 @@ class ApiReader:
 
     def pod(self, namespace: str, name: str) -> Pod:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
-        body = self._call(f"pod {namespace}/{name}", self._client.lister(path))
+        body = self._get(f"pod {namespace}/{name}", self._client.lister(path))
         pod = parse_pod(body)
         if pod is None:
             raise InputError(f"pod {namespace}/{name}: the API server answered no pod")
@@ -118,34 +120,28 @@ class ApiReader:
 
     def _list(self, what: str, request: Request) -> Iterator[Mapping[str, Any]]:
         """Every item of a paged list, parsed page by page (a page's JSON is let go after)."""
-        token = ""
-        while True:
-            page: dict[str, Any] = {"limit": PAGE} | ({"_continue": token} if token else {})
-            body = self._call(what, request, **page)
-            items = body.get("items")
-            yield from (
-                (i for i in items if isinstance(i, Mapping)) if isinstance(items, list) else ()
-            )
-            metadata = body.get("metadata")
-            following = metadata.get("continue") if isinstance(metadata, Mapping) else None
-            if not isinstance(following, str) or not following:
-                return
-            token = following
-
-    def _call(self, what: str, request: Request, **params: Any) -> Any:
+        params = {"limit": PAGE, "_request_timeout": TIMEOUT}
+        fetch = functools.partial(read_body, request)
         try:
-            response = request(_preload_content=False, _request_timeout=TIMEOUT, **params)
-            try:
-                body = json.loads(response.data)
-            finally:
-                response.release_conn()
+            yield from PagedList(what, fetch, params, _WholePages(self._not_an_object(what)))
         except InputError:
             raise
         except Exception as exc:
             raise InputError(self._problem(what, exc)) from None
+
+    def _get(self, what: str, request: Request) -> Mapping[str, Any]:
+        try:
+            body = json.loads(read_body(request, {"_request_timeout": TIMEOUT}))
+        except InputError:  # already said for the user
+            raise
+        except Exception as exc:
+            raise InputError(self._problem(what, exc)) from None
         if not isinstance(body, Mapping):
-            raise InputError(f"{what}: the API server at {self.host} answered no JSON object")
+            raise InputError(self._not_an_object(what))
         return body
+
+    def _not_an_object(self, what: str) -> str:
+        return f"{what}: the API server at {self.host} answered no JSON object"
 
     def _problem(self, what: str, exc: BaseException) -> str:
         code = status_code(exc)
@@ -156,3 +152,32 @@ class ApiReader:
         if code is None and classify(exc) in ("connection", "timeout"):
             return f"cannot reach the API server at {self.host}: {summary(exc)}"
         return f"{what}: the API server at {self.host} answered {summary(exc)}"
+
+
+class _WholePages:
+    """A list page as explain reads it: decoded whole; an answer that is no JSON object is an
+    InputError (`refusal`), items that are not objects are skipped, and the list ends at a
+    `continue` that is not a non-empty string."""
+
+    def __init__(self, refusal: str) -> None:
+        self._refusal = refusal
+
+    def page(self, data: bytes) -> Page:
+        body = json.loads(data)
+        if not isinstance(body, Mapping):
+            raise InputError(self._refusal)
+        items = body.get("items")
+        objects = [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+        metadata = body.get("metadata")
+        following = metadata.get("continue") if isinstance(metadata, Mapping) else None
+        return Page(objects, _token(following), "")
+
+    def token(self, data: bytes) -> Any:
+        return _token(JSON.token(data))
+
+    def event(self, line: bytes) -> Event:
+        raise NotImplementedError("explain lists, it never watches")
+
+
+def _token(following: Any) -> str | None:
+    return following if isinstance(following, str) and following else None
