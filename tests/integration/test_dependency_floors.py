@@ -58,7 +58,7 @@ TESTS: dict[str, tuple[str, ...]] = {
 
 def floors() -> dict[str, Version]:
     """name → the release tests/floors.txt pins."""
-    pinned = {}
+    pinned: dict[str, Version] = {}
     for line in FLOORS.read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:

@@ -210,7 +210,7 @@ def test_the_builder_makes_wheels_of_the_locked_dependencies_then_the_project(
 def locked() -> dict[str, tuple[Version, list[str]]]:
     """name → (the version requirements.lock pins, the sha256 hashes it allows)."""
     text = LOCK.read_text(encoding="utf-8").replace("\\\n", " ")
-    pins = {}
+    pins: dict[str, tuple[Version, list[str]]] = {}
     for line in text.splitlines():
         words = line.split("#", 1)[0].split()
         if not words:
@@ -237,8 +237,8 @@ def test_the_lock_pins_each_runtime_dependency_within_pyprojects_range() -> None
             f"requirements.lock pins {name}=={version}, outside pyproject's "
             f"{requirement.specifier}: run `make lock`"
         )
-    for name, (_, hashes) in pins.items():
-        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), name
+    for pinned, (_, hashes) in pins.items():
+        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), pinned
 
 
 def test_the_lock_holds_what_its_packages_require() -> None:
@@ -249,7 +249,7 @@ def test_the_lock_holds_what_its_packages_require() -> None:
     python = parse(DOCKERFILE.read_text(encoding="utf-8"))[0]["PYTHON_IMAGE"]
     version = re.match(r"python:(\d+\.\d+)", python)
     assert version, python
-    environment = default_environment() | {
+    environment = {key: str(value) for key, value in default_environment().items()} | {
         "python_version": version.group(1),
         "python_full_version": f"{version.group(1)}.0",
         "implementation_name": "cpython",
