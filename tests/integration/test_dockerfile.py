@@ -242,9 +242,10 @@ def test_the_lock_pins_each_runtime_dependency_within_pyprojects_range() -> None
 
 
 def test_the_lock_holds_what_its_packages_require() -> None:
-    """Checked for each locked package installed here at the locked version (pip reads the
-    others' requirements only from the index): what it requires on the image's Python and
-    Linux is locked too, at a version it accepts."""
+    """Checked for each locked package installed here at the locked version (the others'
+    requirements are on the index only; the image's build, hash-checked, refuses anything
+    unlocked): what it requires on the image's Python and Linux is locked too, at a version it
+    accepts."""
     pins = locked()
     python = parse(DOCKERFILE.read_text(encoding="utf-8"))[0]["PYTHON_IMAGE"]
     version = re.match(r"python:(\d+\.\d+)", python)
@@ -259,7 +260,7 @@ def test_the_lock_holds_what_its_packages_require() -> None:
         "os_name": "posix",
         "extra": "",
     }
-    checked, missing = 0, []
+    missing = []
     for name, (pinned, _) in pins.items():
         try:
             installed = importlib.metadata.distribution(name)
@@ -267,7 +268,6 @@ def test_the_lock_holds_what_its_packages_require() -> None:
             continue
         if Version(installed.version) != pinned:
             continue
-        checked += 1
         for line in installed.requires or []:
             needed = Requirement(line)
             if needed.marker is not None and not needed.marker.evaluate(environment):
@@ -275,7 +275,6 @@ def test_the_lock_holds_what_its_packages_require() -> None:
             dependency = canonicalize_name(needed.name)
             if dependency not in pins or pins[dependency][0] not in needed.specifier:
                 missing.append(f"{name} requires {needed}")
-    assert checked >= len(_runtime_requirements()) // 2, "too few locked packages installed here"
     assert not missing, f"{missing}: run `make lock`"
 
 
