@@ -4,16 +4,17 @@ web config (`--web.config.file`).
 
 Each file is read the same way, so a fix to one is a fix to all three:
 
-- at most MAX_BYTES (1 MiB) are read. The largest file we ship is 5 KB, and pure-Python pyyaml
-  reads dense YAML at about 100 KB/s, so a bigger file is a wrong path (a log, an image), not
-  a config, and would stall start-up for tens of seconds before failing anyway;
+- at most MAX_BYTES (1 MiB) are read. The files we ship are far smaller, and pure-Python
+  pyyaml is slow (bench/README.md), so a bigger file is a wrong path (a log, an image), not a
+  config, and would stall start-up for a long while before failing anyway;
 - the bytes are decoded as UTF-8, and a bad byte is named by its offset and line;
 - nesting deeper than MAX_DEPTH (64) is refused: pyyaml composes and constructs recursively,
   so 5,000 `[` ended in a RecursionError traceback;
 - aliases are allowed (an anchored label set reused is fair use) but the nodes they stand for
-  are counted, and more than MAX_ALIAS_NODES (10,000) are refused: nine anchors of nine
-  aliases of the previous one are 600 bytes that stand for 9⁹ nodes, which validation walks
-  and an error message prints (44 MB in one line). An alias also counts towards the depth;
+  are counted, and more than MAX_ALIAS_NODES (10,000) are refused: nine anchors of nine aliases
+  of the previous one are 600 bytes that stand for 9⁹ nodes, which validation walks and an
+  error message prints, in one line of tens of megabytes. An alias also counts towards the
+  depth;
 - duplicate keys are refused, as Go's yaml.UnmarshalStrict does (exporter-toolkit reads the
   web config that way): a second `alerts:` would otherwise silently replace the first;
 - Python's own errors from explicit tags (`!!timestamp 2001-13-01`, a 5,000-digit int)
@@ -60,7 +61,7 @@ def load_yaml(path: str | Path, what: str = "") -> Any:
 
 def read_input(path: str | Path, label: str) -> bytes:
     """The bytes of an input file, at most MAX_BYTES: a larger one is refused before it is
-    parsed (the pure-Python parser reads about 100 KB/s)."""
+    parsed (the pure-Python parser is slow: bench/README.md)."""
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_BYTES + 1)

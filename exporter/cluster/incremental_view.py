@@ -1,8 +1,8 @@
 """The cluster view kept current change by change: what one pod or node changes is added and
 taken off the figures it touches, and the whole is built again only after a (re)list.
 
-`ClusterView.build` walks every node and pod: 1.3–2.0 s per cycle at 150,000 pods on two
-cores, most of it spent summing the requests of pods that did not change. Here the loop
+`ClusterView.build` walks every node and pod, and at the targets' scale most of a cycle went
+to summing the requests of pods that did not change (bench/README.md). Here the loop
 keeps running figures and applies to them the changes its watches noted since the last
 cycle (view_changes.py hands them over, consistent per resource):
 

@@ -57,11 +57,11 @@ class NodeCheck:
     - `gpu_room`, `advertises`, `failed`: derived once by `check_node`, since classification
       asks each node many questions.
 
-    Classification keeps a check per node and placement until the view's cycle ends, and
-    then frees them all at once while holding the GIL (20 ms at 6,000 nodes when a check
-    was ~9 allocations). So a check is one object of slots that refers to what exists
-    anyway: the node's state (GPUs free and advertised are read from it), the shared
-    results of the filters, and one of the 32 sets of failed filters.
+    Classification keeps a check per node and placement until the view's cycle ends, and then
+    frees them all at once while holding the GIL, a pause that grows with every allocation a
+    check makes (bench/README.md). So a check is one object of slots that refers to what exists
+    anyway: the node's state (GPUs free and advertised are read from it), the shared results of
+    the filters, and one of the 32 sets of failed filters.
     """
 
     state: NodeState = field(compare=False, repr=False)

@@ -1,12 +1,12 @@
 """What a watch changed since the view last looked: handed from a watch thread to the
 cluster loop's thread, consistent per resource.
 
-Each of the `cluster` command's watches (nodes, pods, quotas) runs in its own thread and
-keeps its resource's objects in one dict (`ListWatch`); the loop's thread reads them once a
-cycle. Rebuilding the view from every object each cycle cost 1.3–2.0 s at 150,000 pods, so
-the loop now updates only what changed (incremental_view.py), and for that it must know
-exactly what changed between two of its reads. `HeldObjects` is the one place where the two
-threads meet:
+Each of the `cluster` command's watches (nodes, pods, quotas) runs in its own thread and keeps
+its resource's objects in one dict (`ListWatch`); the loop's thread reads them once a cycle.
+Rebuilding the view from every object each cycle cost too much at the targets' scale
+(bench/README.md), so the loop now updates only what changed (incremental_view.py), and for
+that it must know exactly what changed between two of its reads. `HeldObjects` is the one place
+where the two threads meet:
 
 - the watch thread applies each event through `store` (ListWatch's per-event hook): under
   the object's lock it changes the dict and notes the change, keyed like the dict, as the

@@ -1,8 +1,8 @@
 """Snapshot → exposition bytes: each body rendered once per snapshot, and only if wanted.
 
 A scrape only picks ready bytes. Which bytes depends on the format its `Accept` negotiates
-(text or OpenMetrics) and on gzip; rendering every variant each cycle cost 80–95 % of a cycle
-on a 64-device node, mostly for variants nobody asked for. So the collector thread pre-renders
+(text or OpenMetrics) and on gzip; rendering every variant each cycle cost most of a cycle
+(bench/README.md), mostly for variants nobody asked for. So the collector thread pre-renders
 only the variants scrapes asked for lately (`Demand`), before the snapshot is published; any
 other is rendered on its first request and kept for the rest of the snapshot.
 

@@ -43,7 +43,7 @@ class SnapshotCollector:
     def data_families(self) -> Iterator[Family]:
         """Devices, attribution and the PCI bus: nearly every byte of a body. A family no
         device answers (GPM on an A100, NVLink on a PCIe card) is left out, HELP and TYPE
-        lines too: they were 2 KB of every scrape of such a node, saying nothing."""
+        lines too: they were bytes of every scrape of such a node, saying nothing."""
         for fam in self._device_families(self._snapshot.node.devices):
             if fam.samples:
                 yield fam

@@ -19,8 +19,8 @@ CLUSTER_PORT: Final = 19401  # exporter/cluster_app.py DEFAULT_PORT (a test ties
 CLUSTER_LABELS: Final = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "cluster"}
 CONTAINER: Final = "cluster"
 WATCHED: Final = ["pods", "nodes", "resourcequotas", "events"]  # pods first: also `get`
-# What the watches hold is about 2 KiB per pod (20,000 pods and 1,000 nodes: 125 MiB RSS,
-# 86 MiB of it the interpreter and the client), so a 50,000-pod cluster stays under 300 MiB.
+# The watches hold slim values, so memory grows slowly with the pods; the limit leaves room
+# for the cluster bench's largest fleet (bench/README.md, "Cluster view").
 RESOURCES: Final = {
     "requests": {"cpu": "100m", "memory": "256Mi"},
     "limits": {"memory": "512Mi"},

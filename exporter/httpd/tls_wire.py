@@ -5,7 +5,8 @@ record starts the handshake, which must finish within `--web.read-header-timeout
 HTTP request gets Go's exact 400; anything else is closed. After the handshake, records are
 decrypted into the connection and its answers encrypted one record (RECORD bytes) at a time,
 the next only once the last is in the kernel, so a client that never reads pins one record.
-`ssl.SSLObject` does the TLS; OpenSSL's own state is what a connection costs (35-50 KiB).
+`ssl.SSLObject` does the TLS; OpenSSL's own state is most of what a connection costs
+(bench/README.md, "Abuse").
 """
 
 from __future__ import annotations

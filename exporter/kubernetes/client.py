@@ -2,8 +2,8 @@
 create), configured once from a kubeconfig or the in-cluster environment.
 
 We read four kinds of objects with GET (list, watch, one pod) and parse the JSON ourselves
-into slim values, so the `kubernetes` package's generated client (≈900 model classes, ~0.5 s
-and tens of MiB to import) would only add cost: it is loaded for exec and auth-provider
+into slim values, so the `kubernetes` package's generated client (hundreds of model classes,
+costly to import: bench/README.md) would only add cost: it is loaded for exec and auth-provider
 kubeconfig users alone (plugin_auth.py). urllib3 is the HTTP library that package used
 underneath, so connections, timeouts and the raw responses that ListWatch reads stay as they
 were.

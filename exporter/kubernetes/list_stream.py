@@ -2,11 +2,11 @@
 
 `json.loads` of a list page builds every item's every field before the first is parsed. The
 node's pod watch lists its pods unpaged (`resourceVersion=0`, from the API server's watch
-cache, as the kubelet does), and on a node of 10,000 pods the 9.5 MB page became 45 MiB of
-dicts at once: freed after parsing, but in the interpreter's small-object arenas, so the
-process's RSS kept the peak for good. Here the page's top level is walked with the C scanner
-of `json` (`raw_decode`), and each item is decoded only when the reader asks for the next:
-what is alive at once is the page's text and one item.
+cache, as the kubelet does), and on a node of many pods that page became several times its size
+in dicts at once (bench/README.md): freed after parsing, but in the interpreter's small-object
+arenas, so the process's RSS kept the peak for good. Here the page's top level is walked with
+the C scanner of `json` (`raw_decode`), and each item is decoded only when the reader asks for
+the next: what is alive at once is the page's text and one item.
 
 Kubernetes writes a list's `metadata` before its `items` (Go encodes the ListMeta field
 first), so the continue token and the resourceVersion are known before the first item. A page

@@ -6,8 +6,8 @@ managed cluster (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`, OID
 `explain` and a `cluster` run from a laptop meet them first; the exec protocol
 (ExecCredential versions, interactive modes, expiry, cluster info) and the OIDC refresh are
 what that loader already implements and keeps current. The DaemonSet and the cluster
-Deployment use their service account (in_cluster.py) and never load it: the package costs
-~0.5 s and tens of MiB, paid here only by the users who need it.
+Deployment use their service account (in_cluster.py) and never load it: the package's import
+costs time and memory (bench/README.md), paid here only by the users who need it.
 
 The loader is given the one context kubeconfig.py chose, as a dict (`plugin_config`), its
 paths already absolute: from the files it would resolve a user's paths against its cluster's
