@@ -32,7 +32,7 @@ _DECODE = "tests/unit/test_cluster_decode.py::"
 _BASIC_AUTH = "tests/integration/test_webconfig.py::"
 _REGEX = "tests/integration/test_selector_regex.py::test_a_selector_prometheus_"
 _GENERATE = "tests/integration/test_generate.py::test_check_passes_on_the_committed_output"
-# Per dependency, the tests that use what the exporter takes from it (about 30 s in all).
+# Per dependency, the tests that use what the exporter takes from it.
 TESTS: dict[str, tuple[str, ...]] = {
     "nvidia-ml-py": ("tests/integration/test_nvml_sampler.py",),
     "prometheus-client": ("tests/unit/test_golden.py", "tests/unit/test_render.py"),
