@@ -55,13 +55,17 @@ class BasicAuth:
 
     Failures cost the failing address, not the others (`CheckTurns`): an address whose last
     check failed, or which has one under way, is a suspect, and its checks wait behind those of
-    every address that is not (Prometheus' first scrape after a restart waits for the check
-    under way and those of addresses never seen before, one each), and take turns with the
-    other suspects' by address. Pending checks are shared per address
-    (MAX_PENDING_PER_CLIENT, then 429) and, for suspects, in all (MAX_PENDING_CHECKS, then 503),
-    both with Retry-After, instead of an unbounded queue. This middleware runs outside the
-    scrape bound, so none of this takes a `--web.max-requests` slot. Passwords over 72 bytes
-    never match (Go's bcrypt refuses them; ours would compare their first 72 bytes).
+    every address that is not, and take turns with the other suspects' by address. Among
+    addresses not yet suspect (each new flooding address is one, once), the newest check goes
+    first and the oldest gives way when MAX_PENDING_TRUSTED wait (503): Prometheus' first
+    scrape after a restart is not queued behind every address that flooded before it. And
+    credentials asked for again while their check waits (Prometheus' next scrape, an HA
+    pair) go before all others: a flood of distinct guesses never repeats one. Pending
+    checks are shared per address (MAX_PENDING_PER_CLIENT, then 429) and, for suspects, in
+    all (MAX_PENDING_CHECKS, then 503), both with Retry-After, instead of an unbounded queue.
+    This middleware runs outside the scrape bound, so none of this takes a
+    `--web.max-requests` slot. Passwords over 72 bytes never match (Go's bcrypt refuses
+    them; ours would compare their first 72 bytes).
     """
 
     def __init__(
@@ -76,8 +80,7 @@ class BasicAuth:
         self._suspects: OrderedDict[str, None] = OrderedDict()  # addresses, last check failed
         self._per_client = Shares(0, MAX_PENDING_PER_CLIENT)
         self._suspect_checks = Shares(MAX_PENDING_CHECKS, 0)
-        self._trusted_checks = Shares(MAX_PENDING_TRUSTED, 0)
-        self._turns = CheckTurns()
+        self._turns = CheckTurns(MAX_PENDING_TRUSTED)
         # Unknown users are checked against the costliest configured hash so they take as long
         # as known ones (no user enumeration by timing); they can never pass, match or not.
         self._decoy = max(users.values(), key=lambda hashed: int(hashed[4:6]))
@@ -109,23 +112,22 @@ class BasicAuth:
         key = (user, digest)
         running = self._checking.get(key)
         if running is not None:  # the same credentials are being checked: share that check
+            self._turns.repeat(key)
             return await asyncio.shield(running)
         # A suspect: its last check failed, or it has one under way (a new address gets one
         # check ahead of the suspects, not one per connection it opens).
         suspect = client in self._suspects or self._per_client.held(client) > 0
-        pending = self._suspect_checks if suspect else self._trusted_checks
         refusal = self._per_client.take(client)
         if refusal is not None:
             return refusal
-        refusal = pending.take(client)
-        if refusal is not None:
+        if suspect and (refusal := self._suspect_checks.take(client)) is not None:
             self._per_client.give_back(client)
             return refusal
         loop = asyncio.get_running_loop()
         verdict: asyncio.Future[bool | None] = loop.create_future()
         self._checking[key] = verdict
         try:
-            async with self._turns.turn(client, suspect):
+            async with self._turns.turn(client, key, suspect):
                 hashed = self._users.get(user)
                 matched = await loop.run_in_executor(
                     None, self._check, password, hashed or self._decoy
@@ -135,12 +137,15 @@ class BasicAuth:
             self._judge(client, matched)
             verdict.set_result(matched)
             return matched
+        except GaveWay:
+            return Refusal.TOTAL
         finally:
-            if not verdict.done():  # cancelled: those sharing it may ask again
+            if not verdict.done():  # cancelled or gave way: those sharing it may ask again
                 verdict.set_result(None)
             del self._checking[key]
             self._per_client.give_back(client)
-            pending.give_back(client)
+            if suspect:
+                self._suspect_checks.give_back(client)
 
     def _judge(self, client: str, matched: bool) -> None:
         """A failed check makes its address a suspect (remembered for SUSPECTS addresses), a
@@ -178,47 +183,93 @@ class BasicAuth:
             self._refused.popitem(last=False)
 
 
-class CheckTurns:
-    """Whose bcrypt check runs next, one at a time: those of addresses that are not suspects
-    first, in order of arrival; then the suspects', one address after another."""
+class GaveWay(Exception):
+    """A waiting check of an address not yet suspect made room for a newer one (503)."""
 
-    def __init__(self) -> None:
+
+class CheckTurns:
+    """Whose bcrypt check runs next, one at a time: credentials asked for again while they
+    waited, in order; then those of addresses that are not suspects, newest first (at most
+    `trusted` wait: the oldest gives way); then the suspects', one address after another."""
+
+    def __init__(self, trusted: int) -> None:
         self._busy = False
-        self._trusted: deque[asyncio.Future[None]] = deque()
+        self._most_trusted = trusted
+        self._repeated: deque[asyncio.Future[None]] = deque()
+        self._trusted: deque[asyncio.Future[None]] = deque()  # oldest on the left
         self._suspects: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+        self._by_key: dict[object, asyncio.Future[None]] = {}
 
     @contextlib.asynccontextmanager
-    async def turn(self, client: str, suspect: bool) -> AsyncIterator[None]:
-        await self._wait(client, suspect)
+    async def turn(self, client: str, key: object, suspect: bool) -> AsyncIterator[None]:
+        """Wait for the turn of the check of `key` (GaveWay if it made room), run it, pass on."""
+        await self._wait(client, key, suspect)
         try:
             yield
         finally:
             self._next()
 
-    async def _wait(self, client: str, suspect: bool) -> None:
+    def repeat(self, key: object) -> None:
+        """The credentials of `key` were asked for again: their waiting check goes first."""
+        waiter = self._by_key.get(key)
+        if waiter is None or waiter.done() or waiter in self._repeated:
+            return
+        if waiter in self._trusted:
+            self._trusted.remove(waiter)
+        else:
+            for client, queue in list(self._suspects.items()):
+                if waiter in queue:
+                    queue.remove(waiter)
+                    if not queue:
+                        del self._suspects[client]
+                    break
+        self._repeated.append(waiter)
+
+    async def _wait(self, client: str, key: object, suspect: bool) -> None:
         if not self._busy:
             self._busy = True
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._suspects.setdefault(client, deque()) if suspect else self._trusted
-        queue.append(waiter)
+        if suspect:
+            self._suspects.setdefault(client, deque()).append(waiter)
+        else:
+            self._trusted.append(waiter)
+            if len(self._trusted) > self._most_trusted:
+                oldest = self._trusted.popleft()
+                oldest.set_exception(GaveWay())
+        self._by_key[key] = waiter
         try:
             await waiter
+        except GaveWay:
+            raise
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self._next()  # our turn came as we were cancelled: pass it on
             else:
-                queue.remove(waiter)
-                if suspect and not queue:
-                    self._suspects.pop(client, None)
+                self._forget(client, waiter)
             raise
+        finally:
+            if self._by_key.get(key) is waiter:
+                del self._by_key[key]
+
+    def _forget(self, client: str, waiter: asyncio.Future[None]) -> None:
+        for queue in (self._repeated, self._trusted):
+            if waiter in queue:
+                queue.remove(waiter)
+                return
+        waiting = self._suspects.get(client)
+        if waiting is not None and waiter in waiting:
+            waiting.remove(waiter)
+            if not waiting:
+                del self._suspects[client]
 
     def _next(self) -> None:
-        while self._trusted:
-            waiter = self._trusted.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        for queue, take in ((self._repeated, deque.popleft), (self._trusted, deque.pop)):
+            while queue:
+                waiter = take(queue)
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
         while self._suspects:
             client, queue = next(iter(self._suspects.items()))
             waiter = queue.popleft()
