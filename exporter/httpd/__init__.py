@@ -13,9 +13,10 @@ pyproject.toml holds serve/ to it):
 - `Shares` / `Refusal`: counted shares per client address, for a caller's own bounds
   (requests being handled, password checks), and `RETRY_AFTER_SECONDS` for their answers.
 
-The package is a sealed room: it imports the standard library and its own modules, nothing
-else of the exporter's (tests/unit/test_httpd_sealed.py), so its defects and its fuzz test
-are its own. Why it exists rather than aiohttp: docs/architecture.md, "Serving".
+The package is a sealed room: it imports the standard library, its own modules and its
+request-head parser (httptools: llhttp), nothing else of the exporter's
+(tests/unit/test_httpd_sealed.py), so its defects and its fuzz test are its own. Why it
+exists rather than aiohttp: docs/architecture.md, "Serving".
 """
 
 from kube_gpu_exporter.exporter.httpd.answer_head import RETRY_AFTER_SECONDS

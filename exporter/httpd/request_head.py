@@ -2,14 +2,15 @@
 
 The server reads nothing but heads (no handler takes a body), each complete (up to its blank
 line) and at most MAX_HEAD bytes long before it is parsed (connection.py), so the parser is a
-function of one bounded `bytes`: two compiled patterns check the whole head in one pass each
-(the request line; every field line, then the blank line), and nothing is accepted that RFC
-9112 lets a server refuse. Refused, as `BadRequest` (answered 400): a malformed request line
-or field line (whitespace before the colon, a control character, a line folded onto the one
-before), a version other than HTTP/1.0 or 1.1, HTTP/1.1 without exactly one Host, a
-Content-Length that is not one number, Transfer-Encoding on HTTP/1.0 or with a Content-Length
-(the request-smuggling pair). Why not h11 (python-hyper's parser): docs/architecture.md,
-"Why our own request parser".
+function of one bounded `bytes`. The syntax is llhttp's (through httptools: the parser of
+Node.js, uvicorn and aiohttp, fuzzed upstream), which refuses what RFC 9112 lets a server
+refuse about the bytes themselves: bare LF or CR, whitespace before a colon, folded lines,
+control characters, non-ASCII targets, a bad or repeated Content-Length, Content-Length beside
+Transfer-Encoding, methods it does not know. Where llhttp accepts what Go's net/http (the
+exporters' reference) refuses, this module refuses it too, as `BadRequest` (answered 400): a
+request line that is not exactly `method SP target SP HTTP/1.x CRLF` (llhttp skips leading
+empty lines and runs of spaces), a version other than 1.0 or 1.1, HTTP/1.1 without exactly one
+Host, Transfer-Encoding on HTTP/1.0. Why llhttp: docs/architecture.md, "The request parser".
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-_TOKEN: Final = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_VALUE: Final = rb"(?:[!-~\x80-\xff]+(?:[ \t]+[!-~\x80-\xff]+)*)?"
-REQUEST_LINE: Final = re.compile(rb"(" + _TOKEN + rb") ([!-~\x80-\xff]+) HTTP/1\.([01])\r\n")
-FIELD: Final = re.compile(rb"(" + _TOKEN + rb"):[ \t]*(" + _VALUE + rb")[ \t]*\r\n")
-FIELDS: Final = re.compile(rb"(?:" + _TOKEN + rb":[ \t]*" + _VALUE + rb"[ \t]*\r\n)*\r\n")
+import httptools
+
 LENGTH: Final = re.compile(r"[0-9]{1,18}")
+VERSIONS: Final = frozenset({"1.0", "1.1"})
+_OWS: Final = b" \t"
 
 
 class BadRequest(ValueError):
@@ -45,25 +45,53 @@ class RequestHead:
     http10: bool = False
 
 
+class _Collected:
+    """llhttp's callbacks: the target and the field lines, as they come."""
+
+    __slots__ = ("complete", "fields", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.fields: list[tuple[bytes, bytes]] = []
+        self.complete = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.fields.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+
+
 def parse_head(head: bytes) -> RequestHead:
     """Parse one complete head (ending with its blank line); BadRequest when refused."""
-    line = REQUEST_LINE.match(head)
-    if line is None:
+    collected = _Collected()
+    parser = httptools.HttpRequestParser(collected)
+    try:
+        parser.feed_data(head)
+    except httptools.HttpParserUpgrade:
+        pass  # CONNECT, or an Upgrade field: answered as any request (nothing is switched to)
+    except httptools.HttpParserError as exc:
+        raise BadRequest(f"{exc}: {head[:80]!r}") from None
+    version = parser.get_http_version()
+    method: bytes = parser.get_method()
+    if not collected.complete or version not in VERSIONS:
         raise BadRequest(f"malformed request line: {head[:80]!r}")
-    start = line.end()
-    if FIELDS.fullmatch(head, start) is None:
-        raise BadRequest("malformed header field line")
+    if not head.startswith(b"%b %b HTTP/%b\r\n" % (method, collected.url, version.encode())):
+        raise BadRequest(f"malformed request line: {head[:80]!r}")
     headers: dict[str, str] = {}
-    for name, value in FIELD.findall(head, start):
+    for name, value in collected.fields:
         key = name.decode("ascii").lower()
-        text = value.decode("latin-1")
+        text = value.rstrip(_OWS).decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    http11 = line.group(3) == b"1"
+    http11 = version == "1.1"
     if http11 and ("host" not in headers or "," in headers["host"]):
         raise BadRequest("HTTP/1.1 without exactly one Host field")
     return RequestHead(
-        method=line.group(1).decode("ascii"),
-        target=line.group(2).decode("latin-1"),
+        method=method.decode("ascii"),
+        target=collected.url.decode("latin-1"),
         headers=headers,
         keep_alive=_keep_alive(headers.get("connection", ""), http11),
         has_body=_has_body(headers, http11),

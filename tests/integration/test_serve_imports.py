@@ -52,7 +52,7 @@ NOT_SERVING = (
     "jinja2",
     "matplotlib",
     "bcrypt",
-    "aiohttp",  # the server is serve/'s own; aiohttp is a test client only
+    "aiohttp",  # the server is httpd/'s own; aiohttp is a test client only
 )
 
 # Lists sys.modules into argv[1] once the file argv[2] exists (or at exit), then runs the CLI.

@@ -83,8 +83,41 @@ def test_a_body_is_announced(fields: str, has_body: bool) -> None:
         b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
         "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: ²\r\n\r\n".encode("latin-1"),
+        # Where llhttp lenient, Go (and so we) not:
+        b"\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",  # an empty line first
+        b"GET /\r\n\r\n",  # HTTP/0.9
+        b"GET / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
     ],
 )
 def test_refused(head: bytes) -> None:
     with pytest.raises(BadRequest):
         parse_head(head)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"get / HTTP/1.1\r\nHost: x\r\n\r\n",  # a method llhttp does not know
+        b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /\u00e9 HTTP/1.1\r\nHost: x\r\n\r\n".encode("latin-1"),  # not ASCII
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1, 1\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+    ],
+)
+def test_refused_by_llhttp_where_the_regular_expressions_accepted(head: bytes) -> None:
+    """llhttp's verdicts, kept (docs/architecture.md, "The request parser")."""
+    with pytest.raises(BadRequest):
+        parse_head(head)
+
+
+def test_upgrade_and_connect_are_answered_as_requests() -> None:
+    """llhttp stops at an upgrade; nothing is switched to, the head is a request like any."""
+    upgrade = parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n\r\n")
+    assert (upgrade.method, upgrade.target, upgrade.keep_alive) == ("GET", "/metrics", True)
+    connect = parse_head(b"CONNECT x:1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (connect.method, connect.target) == ("CONNECT", "x:1")
+
+
+def test_trailing_whitespace_is_not_part_of_a_value() -> None:
+    head = parse_head(b"GET / HTTP/1.1\r\nHost: x \t\r\nX-A:  a b\t\r\n\r\n")
+    assert head.headers == {"host": "x", "x-a": "a b"}
