@@ -43,6 +43,7 @@ from kube_gpu_exporter.exporter.exposition.cluster_families import (
 from kube_gpu_exporter.exporter.exposition.render import Demand, FamiliesBody
 from kube_gpu_exporter.exporter.serve.collection import Worker
 from kube_gpu_exporter.exporter.serve.frozen_heap import FrozenHeap
+from kube_gpu_exporter.exporter.serve.landing import CLUSTER_SECTION
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,10 @@ class ClusterLoop:
 
     def not_ready_reason(self) -> str:
         return "the nodes, pods and resourcequotas have not all been listed yet"
+
+    def landing_section(self) -> str:
+        """What the cluster view serves, for the landing page (it has no devices of its own)."""
+        return CLUSTER_SECTION
 
     def start(self) -> None:
         """Start the cycles; the process's collector set for them (frozen_heap.py)."""

@@ -26,6 +26,7 @@ from kube_gpu_exporter.exporter.catalog.errors import (
     SYSFS_ERROR_KIND,
 )
 from kube_gpu_exporter.exporter.exposition.render import Demand, Rendered, render
+from kube_gpu_exporter.exporter.serve.landing import device_section
 from kube_gpu_exporter.exporter.snapshot import ExporterState, NodeSample, Snapshot
 
 if TYPE_CHECKING:
@@ -152,6 +153,10 @@ class CollectionLoop:
 
     def not_ready_reason(self) -> str:
         return "NVML has not answered yet" if not self.ever_succeeded else "NVML is not answering"
+
+    def landing_section(self) -> str:
+        """The node's devices, for the landing page."""
+        return device_section(self.latest)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="collection")

@@ -7,12 +7,9 @@ costs the same whatever the GPUs or the cluster are doing.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from typing import Protocol
 
-from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter.exposition.families import device_labels
 from kube_gpu_exporter.exporter.httpd import (
     RETRY_AFTER_SECONDS,
     App,
@@ -23,7 +20,7 @@ from kube_gpu_exporter.exporter.httpd import (
     Response,
     Shares,
 )
-from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
+from kube_gpu_exporter.exporter.serve.landing import page
 
 
 class Body(Protocol):
@@ -46,6 +43,10 @@ class Source(Protocol):
     def ready(self) -> bool: ...
 
     def not_ready_reason(self) -> str: ...
+
+    def landing_section(self) -> str:
+        """Its part of the landing page, as HTML (landing.py)."""
+        ...
 
 
 LOOP_KEY = "collection"  # App.state: the Source
@@ -163,51 +164,15 @@ def readyz(app: App) -> Handler:
     return handler
 
 
-def _rows(loop: CollectionLoop) -> Iterable[str]:
-    if loop.latest is None:
-        yield "<tr><td colspan=6>no collection has completed yet</td></tr>"
-        return
-    for device in loop.latest.snapshot.node.devices:
-        ident = device.identity
-        cells = (
-            device_labels(ident)["gpu"],
-            ident.uuid,
-            ident.model,
-            ident.mig_profile or "—",
-            ident.pci_bus_id,
-            "up" if device.up else "DOWN",
-        )
-        yield "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in cells) + "</tr>"
-
-
 def landing(app: App) -> Handler:
-    """The landing page: links and the node's devices."""
-    return lambda request: _landing(app)
+    """The landing page (landing.py): links, and the section the source writes."""
+    source: Source = app.state[LOOP_KEY]
+    path: str = app.state[PATH_KEY]
 
+    async def handler(request: Request) -> Response:
+        return Response(text=page(source.landing_section(), path), content_type="text/html")
 
-async def _landing(app: App) -> Response:
-    loop = app.state[LOOP_KEY]
-    path = html.escape(app.state[PATH_KEY])
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>kube-gpu-exporter</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:left}}</style>
-</head><body>
-<h1>kube-gpu-exporter {html.escape(__version__)}</h1>
-<p><a href="{path}">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Ready</a></p>
-{_section(loop)}</body></html>
-"""
-    return Response(text=page, content_type="text/html")
-
-
-def _section(loop: Source) -> str:
-    """The node's devices; the cluster view (no devices of its own) says what it serves."""
-    if not isinstance(loop, CollectionLoop):
-        return "<h2>Cluster view</h2>\n<p>GPU capacity and why GPU pods wait, cluster-wide.</p>\n"
-    return f"""<h2>Devices on this node</h2>
-<table><tr><th>GPU</th><th>UUID</th><th>Model</th><th>MIG profile</th><th>PCI bus</th>
-<th>State</th></tr>
-{"".join(_rows(loop))}
-</table>"""
+    return handler
 
 
 def build_app(

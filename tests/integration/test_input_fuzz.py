@@ -195,3 +195,6 @@ class StoppedSource:
 
     def not_ready_reason(self) -> str:
         return "stopped"
+
+    def landing_section(self) -> str:
+        return ""
