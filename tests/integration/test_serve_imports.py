@@ -73,9 +73,19 @@ sys.exit(main(argv))
 """
 
 
+# Loaded under a prefix above, and allowed: the --kubeconfig / --context flags that `serve`
+# shares with `cluster` (standard library only), in the kubernetes package's empty __init__.
+FLAGS_ONLY = frozenset(
+    {
+        "kube_gpu_exporter.exporter.kubernetes",
+        "kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice",
+    }
+)
+
+
 def _loaded(modules: Path, prefixes: Sequence[str]) -> list[str]:
-    names = modules.read_text().split()
-    return [n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)]
+    names = set(modules.read_text().split()) - FLAGS_ONLY
+    return sorted(n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes))
 
 
 def _serve_modules(tmp_path: Path, env: dict[str, str], *args: str) -> Path:
