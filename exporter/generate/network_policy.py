@@ -2,7 +2,7 @@
 (and the kubelet's probes) reach the exporters' ports, when the thresholds file says which
 Prometheus that is.
 
-Defence in depth beside the server's own per-address shares (serve/client_shares.py): an
+Defence in depth beside the server's own per-address shares (httpd/client_shares.py): an
 attacker the network never lets through can hold nothing at all. One NetworkPolicy per
 workload (the node exporters' DaemonSet, the cluster view's Deployment), each admitting, on its
 port only, pods matching `deployment.network_policy`'s namespace and pod labels, and the node
