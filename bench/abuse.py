@@ -18,6 +18,7 @@ others on 127.0.0.1 unless said. Three runs, then the abuse table (abuse_table.p
 
 Targets: VmRSS < 80 MiB whatever the clients do; the scraper's success ≥ 99 % beside every
 flood; its p99 alone (the healthy path) < 5 ms. Usage: bench/abuse.py [--quick] [--readme]
+(--readme writes a --quick run too, saying so)
 """
 
 from __future__ import annotations
@@ -345,7 +346,7 @@ def render(r: Results, machine: str) -> str:
     cpu = lambda f: f"{f.cpu_s:.1f} s in {f.seconds:.0f} s ({f.cpu_s / f.seconds:.0%} of a core)"  # noqa: E731
     return "\n".join(
         [
-            f"Run: {machine}",
+            f"run: {machine}",
             "",
             f"Node: {DEVICE_COUNT} devices; the exporter with its defaults "
             "(`--web.max-requests=40`, `--web.max-connections=256`, timeouts 10 s / 120 s / 30 s).",
@@ -389,25 +390,26 @@ def render(r: Results, machine: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="5 s per run instead of 15 s")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (5 s, 3 s per attack)")
     parser.add_argument("--readme", action="store_true", help="write the figures to README")
     args = parser.parse_args(argv)
     import abuse_table
     from report import load_average, machine  # the run line, as bench/run.py writes it
 
+    mode = "`bench/abuse.py --quick`" if args.quick else "`bench/abuse.py`"
     load_at_start = load_average()
     with tempfile.TemporaryDirectory(prefix="kge-abuse-") as tmp:
-        results = run(5 if args.quick else 15, Path(tmp))
-    text = render(results, machine(load_at_start))
+        results = run(5 if args.quick else 10, Path(tmp))
+    text = f"{mode}, {render(results, machine(load_at_start))}"
     print("\n" + text)
-    # The attacks one by one, on this code and on last round's (abuse_table.py).
+    # Every attack, one by one, on a fresh exporter each (abuse_table.py).
     load_at_start = load_average()
-    scrapes = 20 if args.quick else abuse_table.SCRAPES
+    seconds = abuse_table.SECONDS / 2 if args.quick else abuse_table.SECONDS
     with tempfile.TemporaryDirectory(prefix="kge-abuse-table-") as tmp:
-        rows = abuse_table.run(Path(tmp), abuse_table.baseline_ref(), scrapes)
-    table = f"Run: {machine(load_at_start)}\n\n{abuse_table.render(rows, scrapes)}"
+        rows = abuse_table.run(Path(tmp), seconds)
+    table = f"{mode}, run: {machine(load_at_start)}\n\n{abuse_table.render(rows, seconds)}"
     print("\n" + table)
-    if args.readme and not args.quick:
+    if args.readme:
         _replace(START, END, text)
         _replace(ABUSE_TABLE_START, ABUSE_TABLE_END, table)
         say(f"results written to {README}")
