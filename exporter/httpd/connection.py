@@ -130,6 +130,7 @@ class Connection:
         self._closing = True
         if exc is not None:
             log.debug("client %s: %s: %s", self._peer(), type(exc).__name__, exc)
+        self._wire = None  # see Wire._lose: no cycle left for the collector
 
     # --- the server's shutdown --------------------------------------------------------------
 

@@ -62,6 +62,21 @@ class Above(Protocol):
     def connection_lost(self, exc: BaseException | None) -> None: ...
 
 
+class _Gone:
+    """What a wire calls once it has ended and let its connection go: nothing."""
+
+    def connection_made(self, wire: Wire) -> None: ...
+
+    def data_received(self, data: bytes) -> None: ...
+
+    def eof_received(self) -> None: ...
+
+    def connection_lost(self, exc: BaseException | None) -> None: ...
+
+
+GONE: Final = _Gone()
+
+
 class Wire:
     """One accepted plain-HTTP connection: its socket below, `app` above.
 
@@ -281,6 +296,11 @@ class Wire:
         if self._on_lost is not None:
             on_lost, self._on_lost = self._on_lost, None
             on_lost(self)
+        # The wire and its connection refer to each other: let go here, so that reference
+        # counting frees both (and their TLS state) now. Left to the cyclic collector, a
+        # burst's connections outlive it in the old generation until a full collection.
+        self.on_drained = self.on_active = None
+        self._app = GONE
 
     def _write_timed_out(self) -> None:
         self._write_timer = None
