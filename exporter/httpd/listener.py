@@ -27,7 +27,7 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Final
 
@@ -38,6 +38,7 @@ from kube_gpu_exporter.exporter.httpd.client_shares import (
     client_address,
 )
 from kube_gpu_exporter.exporter.httpd.connection import Connection, ConnectionLimits
+from kube_gpu_exporter.exporter.httpd.heap_trim import HeapTrim
 from kube_gpu_exporter.exporter.httpd.tls_wire import TlsWire
 from kube_gpu_exporter.exporter.httpd.web import App
 from kube_gpu_exporter.exporter.httpd.wire import Wire
@@ -65,10 +66,14 @@ class Listener:
         port: int,
         limits: ConnectionLimits,
         ssl_context: ssl.SSLContext | None = None,
+        ssl_contexts: Callable[[], ssl.SSLContext] | None = None,
         backlog: int = 128,
     ) -> None:
         self._app = app
         self._ssl_context = ssl_context
+        # Asked on each new connection, when given: a certificate rotated in place is served
+        # from the next connection on.
+        self._ssl_contexts = ssl_contexts
         self._backlog = backlog
         self._host = host
         self._port = port
@@ -80,6 +85,7 @@ class Listener:
         )
         self._overflow: set[Wire] = set()
         self._connections: dict[Wire, Connection] = {}
+        self._heap = HeapTrim(lambda: len(self._connections), self._later)
         headers = limits.headers
         self._client_full = raw_response(
             429, "Too Many Requests", "too many connections from your address\n", headers, True
@@ -208,10 +214,14 @@ class Listener:
                 write_timeout=limits.write_timeout,
                 handshake_timeout=limits.read_header_timeout,
                 on_lost=self._lost,
-                tls=self._ssl_context,
+                tls=self._ssl_contexts() if self._ssl_contexts else self._ssl_context,
             )
         self._connections[wire] = connection
+        self._heap.changed()
         return wire
+
+    def _later(self, delay: float, callback: Callable[[], None]) -> None:
+        asyncio.get_running_loop().call_later(delay, callback)
 
     def _busy(self, wire: Wire) -> bool:
         """Whether the app is handling a request of `wire` (a password check): not displaced."""
@@ -222,6 +232,7 @@ class Listener:
         self._table.remove(wire.client, wire)
         self._overflow.discard(wire)
         self._connections.pop(wire, None)
+        self._heap.changed()
 
 
 def _discard(sock: socket.socket) -> None:
