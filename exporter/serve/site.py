@@ -66,7 +66,14 @@ async def start_site(args: argparse.Namespace, web_config: WebConfig, source: So
         headers=web_config.headers,
         probe_paths=PROBE_PATHS,
     )
-    listener = Listener(app, host, port, limits, ssl_context=web_config.ssl_context)
+    listener = Listener(
+        app,
+        host,
+        port,
+        limits,
+        ssl_context=web_config.ssl_context,
+        ssl_contexts=web_config.ssl_contexts,
+    )
     try:
         await listener.start()
     except OSError as exc:

@@ -19,7 +19,7 @@ middleware.py applies the result: configured headers and bcrypt basic auth. The 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -46,6 +46,8 @@ class WebConfig:
     """What the server needs from a web config file; the default is plain HTTP, no auth."""
 
     ssl_context: ssl.SSLContext | None = None  # None: serve plain HTTP
+    # The context for each new connection: ssl_context's, built again when its files change.
+    ssl_contexts: Callable[[], ssl.SSLContext] | None = None
     basic_auth_users: Mapping[str, bytes] = field(default_factory=_frozen)  # user -> bcrypt hash
     headers: Mapping[str, str] = field(default_factory=_frozen)  # added to every response
 
@@ -58,6 +60,7 @@ def load_web_config(path: str | Path) -> WebConfig:
 
     from kube_gpu_exporter.exporter.input_yaml import load_yaml
     from kube_gpu_exporter.exporter.serve.tls import CertificateError
+    from kube_gpu_exporter.exporter.serve.tls_reload import ReloadingContext
     from kube_gpu_exporter.exporter.serve.web_config_schema import WebConfigFile
 
     path = Path(path)
@@ -69,16 +72,27 @@ def load_web_config(path: str | Path) -> WebConfig:
         raise WebConfigError(str(exc)) from None
     try:
         spec = WebConfigFile.model_validate(doc)
-        ssl_context = spec.tls_server_config.ssl_context(path.parent)
+        tls = spec.tls_server_config
+        contexts = None
+        if tls.enabled:
+            contexts = ReloadingContext(
+                lambda: _context(tls.ssl_context(path.parent)), tls.files(path.parent)
+            )
     except ValidationError as exc:
         raise WebConfigError(f"web config {path}: {validation_problem(exc)}") from None
     except CertificateError as exc:
         raise WebConfigError(f"web config {path}: {exc}") from None
     return WebConfig(
-        ssl_context=ssl_context,
+        ssl_context=contexts.context if contexts else None,
+        ssl_contexts=contexts,
         basic_auth_users=MappingProxyType(dict(spec.basic_auth_users)),
         headers=MappingProxyType(dict(spec.http_server_config.headers)),
     )
+
+
+def _context(context: ssl.SSLContext | None) -> ssl.SSLContext:
+    assert context is not None  # tls_server_config is enabled
+    return context
 
 
 def web_middlewares(

@@ -184,6 +184,12 @@ class TlsServerConfig(_Model):
             )
         return self
 
+    def files(self, directory: Path) -> tuple[str, ...]:
+        """The certificate, key and client CA files (those given), resolved as `ssl_context`
+        resolves them: what a rotation changes."""
+        names = (self.cert_file, self.key_file, self.client_ca_file)
+        return tuple(_resolve(name, directory) for name in names if name)
+
     def ssl_context(self, directory: Path) -> ssl.SSLContext | None:
         """The context to serve with (None: plain HTTP). Relative paths are resolved against
         `directory`, the config file's, as exporter-toolkit does."""
@@ -191,7 +197,7 @@ class TlsServerConfig(_Model):
             return None
 
         def resolve(name: str) -> str:
-            return name if not name or Path(name).is_absolute() else str(directory / name)
+            return _resolve(name, directory)
 
         return server_context(
             cert_file=resolve(self.cert_file),
@@ -288,3 +294,7 @@ def _only(section: Mapping[Any, Any], where: str, allowed: Collection[str]) -> N
         if f"{prefix}{key}" in _UNSUPPORTED:
             raise ValueError(f"{prefix}{key}: {_UNSUPPORTED[f'{prefix}{key}']}")
         raise ValueError(f"{where}: unknown key {key!r} (expected one of: {', '.join(allowed)})")
+
+
+def _resolve(name: str, directory: Path) -> str:
+    return name if not name or Path(name).is_absolute() else str(directory / name)
