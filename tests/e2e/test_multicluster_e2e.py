@@ -13,6 +13,7 @@ not for the cluster that keeps its exporter.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -157,7 +158,9 @@ def test_recording_rules_alerts_and_absence_are_per_cluster(
     assert " in cluster east" in hot[0]["annotations"]["description"]
     assert "91" in hot[0]["annotations"]["description"]
 
-    # Every cluster has its exporter: nothing is absent.
+    # Every cluster has its exporter: nothing is absent, once the rules have read both
+    # (KubeGpuExporterAbsent's group runs on its own timer, not GPUTemperatureHigh's).
+    prom.evaluated_rules(WAIT, since=time.time())
     assert _alerts(prom, "KubeGpuExporterAbsent") == []
 
     # West loses every exporter target while kube-state-metrics still shows its GPU node.

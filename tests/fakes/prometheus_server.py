@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,16 +102,28 @@ class Prometheus:
             what=f"{count} series from {promql}",
         )
 
-    def evaluated_rules(self, timeout: float = 60) -> list[dict[str, Any]]:
-        """Every loaded rule, once each has been evaluated at least once: a rule's `health`
-        is "unknown" until then, and each group runs on its own timer, so one group's
-        result says nothing of another's."""
+    def evaluated_rules(
+        self, timeout: float = 60, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Every loaded rule, once each has been evaluated at least once — and, with `since`
+        (a Unix time), once each has been evaluated after it: a rule's `health` is "unknown"
+        until its first evaluation, each group runs on its own timer, so one group's result
+        says nothing of another's, and an evaluation before the series a test just saw
+        arrive proves nothing about them. Call with `since=time.time()` after waiting for
+        the series, then assert what must not fire."""
+
+        def after(rule: dict[str, Any]) -> bool:
+            if since is None:
+                return True
+            return datetime.fromisoformat(rule["lastEvaluation"]).timestamp() > since
 
         def evaluated() -> list[dict[str, Any]] | None:
             rules = [r for g in self.api("rules")["groups"] for r in g["rules"]]
-            return rules if rules and all(r["health"] != "unknown" for r in rules) else None
+            done = all(r["health"] != "unknown" and after(r) for r in rules)
+            return rules if rules and done else None
 
-        return wait_until(evaluated, timeout, "every rule's first evaluation")
+        what = "every rule's first evaluation" + ("" if since is None else " since then")
+        return wait_until(evaluated, timeout, what)
 
 
 @contextmanager

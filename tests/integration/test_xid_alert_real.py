@@ -6,6 +6,7 @@ restarts, reboots, gaps)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from fakenvml import write_state
@@ -37,7 +38,7 @@ def test_a_first_xid_fires_gpuxiderrors(
     ):
         prom.wait_for("kube_gpu_exporter_xid_watch_start_timestamp_seconds", count=1)
         assert prom.query("nvidia_gpu_xid_errors_total") == []  # no zeros served
-        prom.evaluated_rules()  # else the next line would hold before any evaluation
+        prom.evaluated_rules(since=time.time())  # else the next line holds before the rules
         assert prom.query('ALERTS{alertname="GPUXidErrors"}') == []
         write_state(state, NODE.state_at(10))
         (firing,) = prom.wait_for('ALERTS{alertname="GPUXidErrors", alertstate="firing"}')
