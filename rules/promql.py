@@ -7,6 +7,7 @@ cluster label and the node label name are inserted in one place (the kubernetes-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kube_gpu_exporter.exporter import catalog as c
@@ -65,6 +66,22 @@ def rose(counter: str, window: str) -> str:
     (the last sample at or before `t - w`, the same on both) keeps it for the whole window;
     `increase` still counts what follows a reset, and a rise after a gap at `t - w`."""
     return f"increase({counter}[{window}]) > 0\nor\n{counter} - {counter} offset {window} > 0"
+
+
+def counted_over(total: Callable[[str], str], counter: str, window: str, threshold: str) -> str:
+    """Where `total` (an aggregation) of `counter`'s increase over `window` is over
+    `threshold`, or else the same total of its rise since one window back is: a count of events
+    judged against a threshold that sees a burst for the whole window on both Prometheus
+    generations (`rose`, for a threshold and a sum over series).
+
+    The rise `x - x offset w` never exceeds what happened (a reset only lowers it), so its arm
+    adds no alert that the events do not justify; each arm compares on its own, so both keep
+    a threshold's edge (`>` against `>=`) that a case can probe. Between the window's edges
+    the extrapolated increase still decides: a count exactly at a threshold above 0 can read
+    a little over it on Prometheus 3, whose range holds one scrape less to extrapolate from."""
+    increase = total(f"increase({counter}[{window}])")
+    rise = total(f"{counter} - {counter} offset {window}")
+    return f"{increase} > {threshold}\nor\n{rise} > {threshold}"
 
 
 def by(labels: tuple[str, ...]) -> str:

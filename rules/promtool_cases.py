@@ -146,14 +146,32 @@ def just_under(threshold: float) -> float:
     return threshold - (abs(threshold) * BOUNDARY or BOUNDARY)
 
 
-def bursts(size: float, first: int, every: int, n: int) -> str:
-    """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after,
-    for n + 1 samples: `increase()` over a window of `every` minutes is exactly `size` from
-    `first` on (Prometheus 2's range holds a sample at both ends, so nothing is
-    extrapolated): a case can put a counter's rise exactly on a threshold. A whole number is
-    written as one (`3`, not `3.0`), whether the threshold came as an int or a float."""
-    values = (size * max(0, (m - first) // every + 1) for m in range(n + 1))
+def bursts(size: float, first: int, every: int, n: int, last: int | None = None) -> str:
+    """A counter at 0 that rises by `size` at minute `first` and every `every` minutes after
+    (up to minute `last`, where given), for n + 1 samples: `increase()` over a window of
+    `every` minutes is exactly `size` from `first` on (Prometheus 2's range holds a sample at
+    both ends, so nothing is extrapolated): a case can put a counter's rise exactly on a
+    threshold. A whole number is written as one (`3`, not `3.0`), whether the threshold came
+    as an int or a float."""
+    end = n if last is None else last
+    values = (size * max(0, (min(m, end) - first) // every + 1) for m in range(n + 1))
     return " ".join(f"{v:.0f}" if float(v).is_integer() else repr(float(v)) for v in values)
+
+
+def last_burst(first: int, every: int, held: int) -> int:
+    """The minute of the last of `bursts(…, first, every, …)` a condition needs to hold for
+    `held` minutes from `first`: each burst counts for a window of `every` minutes."""
+    return first + held // every * every
+
+
+def window_ends(
+    burst: int, window: str, firing: tuple[Firing, ...], after: tuple[Firing, ...] = ()
+) -> tuple[Check, Check]:
+    """Checks on the far edge of the window after a burst at minute `burst`: `firing` at its
+    last minute (on both Prometheus generations, which a left-open range alone does not
+    give), `after` the minute after, when the burst is out of the window on both."""
+    last = burst + minutes(window) - 1
+    return Check(last, firing), Check(last + 1, after)
 
 
 def ramp(size: float, full: int, window: int, n: int) -> str:

@@ -18,7 +18,16 @@ from kube_gpu_exporter.rules.alerts import BY_NAME
 from kube_gpu_exporter.rules.alerts.workloads import GPU_ALLOCATED_IDLE
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.model import AlertRule, RuleGroup
-from kube_gpu_exporter.rules.promtool_cases import Case, Series, World, s, steady, uuid
+from kube_gpu_exporter.rules.promtool_cases import (
+    Case,
+    Series,
+    World,
+    later,
+    minutes,
+    s,
+    steady,
+    uuid,
+)
 from kube_gpu_exporter.rules.record_names import names
 from kube_gpu_exporter.rules.render import HEADER, dump_yaml, runbook_url
 from kube_gpu_exporter.rules.templates import render
@@ -114,13 +123,39 @@ def scheduling_case(w: World) -> dict[str, Any]:
     return _expr_group(series, expected)
 
 
-def _expr_group(series: list[Series], expected: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """A test group of recorded series: each expression's samples at minute 90."""
+def unknown_activity_case(cfg: Config, w: World) -> dict[str, Any]:
+    """Two pods on MIG slices of a node in the host PID namespace, neither with a utilization
+    series of its own. zeros-0's slice ran no process for the window: idle. unknown-0's slice
+    is up, but its process count was served only for the window's last minutes (before, NVML's
+    process list did not account for its activity): an unknown minute counts as busy, so
+    zeros at the end of a window mostly unknown are not idle."""
+    idle = GPU_ALLOCATED_IDLE.of(cfg)
+    span = minutes(idle.window)
+    counted = max(1, int(span * (1 - idle.threshold) / 2))  # leaves activity over threshold
+    end = span + 10
+    series = [s(c.HOST_PID_NAMESPACE, w.node("a"), steady(1, end))]
+    for gpu, pod, processes in ((0, "zeros-0", steady(0, end)), (1, "unknown-0", None)):
+        mig = {"uuid": f"MIG-a-{gpu}-1", "parent_uuid": uuid("a", gpu)}
+        if processes is None:
+            processes = later(end - counted + 1, steady(0, counted - 1))
+        series += [
+            s(c.GPU_UP, w.dev("a", gpu) | mig, steady(1, end)),
+            s(c.COMPUTE_PROCESSES, w.dev("a", gpu) | mig, processes),
+            Series(c.ALLOCATION_INFO.name, w.pod("a", gpu, "team-u", pod) | mig, steady(1, end)),
+        ]
+    idle_pods = f'sum by (pod) ({names(w.q)["allocation_idle"]}{{namespace="team-u"}})'
+    return _expr_group(series, {idle_pods: [{"labels": '{pod="zeros-0"}', "value": 1}]}, end)
+
+
+def _expr_group(
+    series: list[Series], expected: dict[str, list[dict[str, Any]]], minute: int = 90
+) -> dict[str, Any]:
+    """A test group of recorded series: each expression's samples at `minute`."""
     return {
         "interval": "1m",
         "input_series": _input_series(series),
         "promql_expr_test": [
-            {"expr": expr, "eval_time": "90m", "exp_samples": samples}
+            {"expr": expr, "eval_time": f"{minute}m", "exp_samples": samples}
             for expr, samples in expected.items()
         ],
     }
@@ -161,6 +196,7 @@ def tests_file(cfg: Config, rule_groups: tuple[RuleGroup, ...], rules_file: str)
     alerts = tuple(a for g in rule_groups for a in g.alerts)
     groups = [_group(cfg, a, BY_NAME[a.name].case(w)) for a in alerts]
     groups.append(recording_case(cfg, w))
+    groups.append(unknown_activity_case(cfg, w))
     groups.append(scheduling_case(w))
     doc = {
         "rule_files": [rules_file],

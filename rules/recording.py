@@ -16,7 +16,9 @@ cost read them too instead of repeating the joins:
   shared GPU whose processes cannot be tied to pods) its activity is the share of the window
   in which the device had any compute process — but only on nodes where the exporter sees
   every process (hostPID): a slice with no process for the window is surely idle, one with a
-  process counts as busy;
+  process counts as busy, and so does a minute the device was up without a process count
+  (the exporter serves one only where NVML's process list accounts for the device's
+  activity): unknown is never idle;
 - the hold is idle when that activity is under the threshold and its device is not lost;
 - idle GPU-hours over the last hour integrate the idle-GPU count with a 15-second subquery, so
   the result does not depend on the rule evaluation interval.
@@ -70,11 +72,14 @@ def holds(q: Query) -> str:
 
 def activity(q: Query, window: str) -> str:
     """Each hold's activity over `window`: the pod's own utilization, else the share of the
-    window its device ran any process (where the exporter sees every process)."""
+    window its device ran any process or had no count of them (where the exporter sees every
+    process)."""
     own = agg("sum", q.allocation, f"avg_over_time({q.sel(c.POD_UTILIZATION)}[{window}])")
-    busy = agg(
-        "max", q.device, f"avg_over_time(clamp_max({q.sel(c.COMPUTE_PROCESSES)}, 1)[{window}:1m])"
-    )
+    # Each minute 1 with a process, 0 without, 1 where the device is up but its count is
+    # unknown: averaged over the minutes present alone, they called it idle on a few zeros.
+    counted = agg("max", q.device, f"clamp_max({q.sel(c.COMPUTE_PROCESSES)}, 1)")
+    unknown = agg("max", q.device, f"clamp_min({q.sel(c.GPU_UP)}, 1)")
+    busy = f"avg_over_time(({counted}\n  or {unknown})[{window}:1m])"
     sees_all = (
         f"{q.on(q.node)} group_left () ({agg('max', q.node, q.sel(c.HOST_PID_NAMESPACE))} == 1)"
     )

@@ -10,12 +10,13 @@ from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.rules.alert_text import AlertText, device
-from kube_gpu_exporter.rules.promql import Query, agg, settled
+from kube_gpu_exporter.rules.promql import Query, agg, counted_over, settled
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
     Check,
     Firing,
     World,
+    bursts,
     edges,
     edges_from,
     minutes,
@@ -23,6 +24,7 @@ from kube_gpu_exporter.rules.promtool_cases import (
     ramp_over,
     s,
     steady,
+    window_ends,
 )
 from kube_gpu_exporter.rules.runbook_parts import (
     DRAIN,
@@ -224,11 +226,11 @@ class PcieReplayAlert(AlertSettings):
 
 
 def _replay_rule(a: PcieReplayAlert, q: Query) -> AlertText:
-    replays = settled(
-        agg("max", q.device_display, f"increase({q.sel(c.PCIE_REPLAYS)}[{a.window}])")
-    )
+    def total(rise: str) -> str:
+        return settled(agg("max", q.device_display, rise))
+
     return AlertText(
-        f"{replays} > {a.threshold}",
+        counted_over(total, q.sel(c.PCIE_REPLAYS), a.window, str(a.threshold)),
         f"{device(q)} retransmitted {{{{ $value | humanize }}}} PCIe packets in the last "
         f"{a.window}, over the threshold of {a.threshold}, for {a.for_}: its PCIe link is "
         "degrading.",
@@ -242,22 +244,34 @@ def _replay_case(a: PcieReplayAlert, w: World) -> Case:
     (not over it: silent), GPU 1 has old replays and no new ones. A steady rise counts the
     same on Prometheus 2's closed range and 3's left-open one (promtool_cases.ramp); GPU 0 is
     over the threshold from the minute its ramp passes it, and `for` is checked from there;
-    GPU 2 reaches the threshold at `full`, checked `for` after."""
+    GPU 2 reaches the threshold at `full`, checked `for` after. Where `for` is shorter than
+    the window, GPU 3 then retransmits one packet more than the threshold at once: it fires to
+    the last minute of the window after, and not a minute longer, on both generations."""
     held, span = minutes(a.for_), minutes(a.window)
     full = 2 * span + 5
-    n = full + span + held + 10
+    burst = full + held + 1  # GPU 3's replays, after the checks of GPUs 0 and 2
+    n = burst + span + 10
     over = a.threshold + 1
-    series = (
+    series = [
         s(c.PCIE_REPLAYS, w.dev("a", 0), ramp(over, full, span, n)),
         s(c.PCIE_REPLAYS, w.dev("a", 1), steady(5, n)),  # old replays, none new
         s(c.PCIE_REPLAYS, w.dev("a", 2), ramp(a.threshold, full, span, n)),
-    )
+    ]
     start = ramp_over(over, full, span, a.threshold)
     fired = min(start + held, full)  # the ramp's increase is `over` from `full` on
     value = over * (fired - (full - span)) / span
     # GPU 2 is exactly at the threshold from `full`: it would fire `for` later under `>=`.
-    at = Check(full + held, (Firing(w.dev_out("a", 0), over),))
-    return Case(series, (*edges(a.for_, (Firing(w.dev_out("a", 0), value),), start), at))
+    steadily = (Firing(w.dev_out("a", 0), over),)
+    checks = [
+        *edges(a.for_, (Firing(w.dev_out("a", 0), value),), start),
+        Check(full + held, steadily),
+    ]
+    if held < span:  # the burst stays in the window long enough to outlast `for`
+        series.append(s(c.PCIE_REPLAYS, w.dev("a", 3), bursts(over, burst, n + 1, n)))
+        checks += window_ends(
+            burst, a.window, (*steadily, Firing(w.dev_out("a", 3), over)), steadily
+        )
+    return Case(tuple(series), tuple(checks))
 
 
 def _replay_runbook(a: PcieReplayAlert, q: Query) -> Runbook:

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.rules.alert_text import AlertText, device
-from kube_gpu_exporter.rules.promql import Query, agg
+from kube_gpu_exporter.rules.promql import Query, agg, counted_over
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
     Firing,
@@ -19,9 +19,11 @@ from kube_gpu_exporter.rules.promtool_cases import (
     World,
     bursts,
     edges_from,
+    last_burst,
     minutes,
     s,
     steady,
+    window_ends,
 )
 from kube_gpu_exporter.rules.runbook_parts import (
     DRAIN,
@@ -53,16 +55,20 @@ class NvlinkErrorsAlert(AlertSettings):
     recovery_threshold: int = Field(default=0, ge=0)  # recoveries per window, all links
 
 
-def _increase(q: Query, a: NvlinkErrorsAlert, types: str) -> str:
-    """Errors of these types in the window, summed over the GPU's links and types."""
-    rise = f"increase({q.sel(c.NVLINK_ERRORS, types)}[{a.window}])"
-    return agg("sum", q.device_display, rise)
+def _over(q: Query, a: NvlinkErrorsAlert, types: str, threshold: int) -> str:
+    """Errors of these types in the window, summed over the GPU's links and types, where
+    they are over `threshold`."""
+
+    def total(rise: str) -> str:
+        return agg("sum", q.device_display, rise)
+
+    return counted_over(total, q.sel(c.NVLINK_ERRORS, types), a.window, str(threshold))
 
 
 def _rule(a: NvlinkErrorsAlert, q: Query) -> AlertText:
     return AlertText(
-        f"{_increase(q, a, NOT_RECOVERY)} > {a.threshold}\n"
-        f"or\n{_increase(q, a, RECOVERY)} > {a.recovery_threshold}",
+        f"{_over(q, a, NOT_RECOVERY, a.threshold)}\n"
+        f"or\n{_over(q, a, RECOVERY, a.recovery_threshold)}",
         f"The NVLinks of {device(q)} counted {{{{ $value | humanize }}}} errors in the last "
         f"{a.window}: more than {a.threshold} CRC and replay errors, or more than "
         f"{a.recovery_threshold} link recoveries, summed over its links. A link is degrading.",
@@ -73,17 +79,20 @@ def _case(a: NvlinkErrorsAlert, w: World) -> Case:
     """GPU 0 just past `threshold` (spread over two links) and GPU 2 just past
     `recovery_threshold` fire; GPU 1 exactly at both does not, nor GPU 3 with old errors that
     no longer rise, nor GPU 4 without NVLink. Checked a minute before `for` has passed and at
-    the minute it has, so a threshold, a comparison or a `for` off by a little fails."""
+    the minute it has, so a threshold, a comparison or a `for` off by a little fails. The
+    errors stop once `for` has held: GPUs 0 and 2 fire to the last minute of the window after
+    the last of them, and not a minute longer, on both Prometheus generations."""
     span, held = minutes(a.window), minutes(a.for_)
     start = span + 5  # a full window of flat counters first: old errors do not fire
-    n = start + held + 5
+    last = last_burst(start, span, held)
+    n = last + span + 5
     t, r = a.threshold, a.recovery_threshold
 
     def errors(gpu: int, link: int, kind: str, per_window: int) -> Series:
         labels: Labels = w.dev("a", gpu, link=str(link), type=kind)
         if per_window == 0:
             return s(c.NVLINK_ERRORS, labels, steady(1234, n))
-        return s(c.NVLINK_ERRORS, labels, bursts(per_window, start, span, n))
+        return s(c.NVLINK_ERRORS, labels, bursts(per_window, start, span, n, last))
 
     over = t + 1
     series = (
@@ -100,7 +109,7 @@ def _case(a: NvlinkErrorsAlert, w: World) -> Case:
         s(c.TEMPERATURE, w.dev("a", 4), steady(60, n)),  # no NVLink: no error series
     )
     firing = (Firing(w.dev_out("a", 0), over), Firing(w.dev_out("a", 2), r + 1))
-    return Case(series, edges_from(a.for_, firing, start))
+    return Case(series, (*edges_from(a.for_, firing, start), *window_ends(last, a.window, firing)))
 
 
 def _runbook(a: NvlinkErrorsAlert, q: Query) -> Runbook:

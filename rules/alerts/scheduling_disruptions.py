@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field
 
 from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.rules.alert_text import AlertText, in_cluster, label
-from kube_gpu_exporter.rules.promql import Query, agg, fmt_number
+from kube_gpu_exporter.rules.promql import Query, agg, counted_over, fmt_number
 from kube_gpu_exporter.rules.promtool_cases import (
     Case,
     Firing,
@@ -23,8 +23,10 @@ from kube_gpu_exporter.rules.promtool_cases import (
     bursts,
     edges_from,
     just_over,
+    last_burst,
     minutes,
     s,
+    window_ends,
 )
 from kube_gpu_exporter.rules.runbook_parts import Runbook, promql, sh
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
@@ -52,13 +54,15 @@ class QuotaExhaustedAlert(AlertSettings):
 
 
 def _refused(q: Query, a: QuotaExhaustedAlert) -> str:
-    rise = f"increase({q.view(k.QUOTA_REJECTIONS)}[{a.window}])"
-    return agg("sum", (*q.cluster, *QUOTA_LABELS), rise)
+    def total(rise: str) -> str:
+        return agg("sum", (*q.cluster, *QUOTA_LABELS), rise)
+
+    return counted_over(total, q.view(k.QUOTA_REJECTIONS), a.window, str(a.threshold))
 
 
 def _quota_rule(a: QuotaExhaustedAlert, q: Query) -> AlertText:
     return AlertText(
-        f"{_refused(q, a)} > {a.threshold}",
+        _refused(q, a),
         f"Controllers in namespace {label(NS)}{in_cluster(q)} could not create "
         f"{{{{ $value | humanize }}}} pods in the last {a.window}: ResourceQuota "
         f"{label('quota')} has no {label('resource')} left for them. The pods never exist, "
@@ -67,22 +71,25 @@ def _quota_rule(a: QuotaExhaustedAlert, q: Query) -> AlertText:
 
 
 def _quota_case(a: QuotaExhaustedAlert, w: World) -> Case:
-    """Refusals 1 past the threshold in a window fire; exactly the threshold does not."""
+    """Refusals 1 past the threshold in a window fire; exactly the threshold does not. The
+    refusals stop once `for` has held: the alert fires to the last minute of the window after
+    the last of them, and not a minute longer, on both Prometheus generations."""
     span, held = minutes(a.window), minutes(a.for_)
     start = span + 5  # a full window of flat counters first: old refusals do not fire
-    n = start + held + 10
+    last = last_burst(start, span, held)
+    n = last + span + 5
     t = a.threshold
 
     def refused(namespace: str, quota: str, per_window: int) -> Series:
         labels = w.view(namespace=namespace, quota=quota, resource=GPU)
-        return s(k.QUOTA_REJECTIONS, labels, bursts(per_window, start, span, n))
+        return s(k.QUOTA_REJECTIONS, labels, bursts(per_window, start, span, n, last))
 
     series = (
         refused("ml", "gpu-quota", t + 1),
         refused("lab", "gpu-quota", t),  # exactly at the threshold
     )
     firing = (Firing(w.view_out(namespace="ml", quota="gpu-quota", resource=GPU), t + 1),)
-    return Case(series, edges_from(a.for_, firing, start))
+    return Case(series, (*edges_from(a.for_, firing, start), *window_ends(last, a.window, firing)))
 
 
 def _quota_runbook(a: QuotaExhaustedAlert, q: Query) -> Runbook:
@@ -141,14 +148,17 @@ class PreemptionRateAlert(AlertSettings):
 
 
 def _disrupted(q: Query, a: PreemptionRateAlert) -> str:
+    def total(rise: str) -> str:
+        return agg("sum", (*q.cluster, NS), rise)
+
     reasons = f'reason=~"{"|".join(a.reasons)}"'
-    rise = f"increase({q.view(k.DISRUPTIONS, reasons)}[{a.window}])"
-    return agg("sum", (*q.cluster, NS), rise)
+    counter = q.view(k.DISRUPTIONS, reasons)
+    return counted_over(total, counter, a.window, fmt_number(a.threshold))
 
 
 def _preemption_rule(a: PreemptionRateAlert, q: Query) -> AlertText:
     return AlertText(
-        f"{_disrupted(q, a)} > {fmt_number(a.threshold)}",
+        _disrupted(q, a),
         f"{{{{ $value | humanize }}}} GPU pods of namespace {label(NS)}{in_cluster(q)} were "
         f"taken off their GPUs ({', '.join(a.reasons)}) in the last {a.window}, more than "
         f"{fmt_number(a.threshold)}: their work since the last checkpoint is lost each time.",
@@ -156,15 +166,18 @@ def _preemption_rule(a: PreemptionRateAlert, q: Query) -> AlertText:
 
 
 def _preemption_case(a: PreemptionRateAlert, w: World) -> Case:
+    """Disruptions past the threshold fire, exactly at it do not; like the quota's case, they
+    stop once `for` has held and fire to the window's last minute after the last of them."""
     span, held = minutes(a.window), minutes(a.for_)
     start = span + 5
-    n = start + held + 10
+    last = last_burst(start, span, held)
+    n = last + span + 5
     t, over = a.threshold, just_over(a.threshold)
     other = next((r for r in k.DISRUPTION_REASONS if r not in a.reasons), None)
 
     def disrupted(namespace: str, reason: str, per_window: float) -> Series:
         labels = w.view(namespace=namespace, resource=GPU, reason=reason)
-        return s(k.DISRUPTIONS, labels, bursts(per_window, start, span, n))
+        return s(k.DISRUPTIONS, labels, bursts(per_window, start, span, n, last))
 
     # Past the threshold, split over the counted reasons; exactly at it; and many
     # disruptions of a reason that is not counted.
@@ -173,7 +186,8 @@ def _preemption_case(a: PreemptionRateAlert, w: World) -> Case:
     if other is not None:
         series.append(disrupted("web", other, (t + 1) * 10))
     firing = (Firing(w.view_out(namespace="ml"), over),)
-    return Case(tuple(series), edges_from(a.for_, firing, start))
+    ends = window_ends(last, a.window, firing)
+    return Case(tuple(series), (*edges_from(a.for_, firing, start), *ends))
 
 
 def _preemption_runbook(a: PreemptionRateAlert, q: Query) -> Runbook:

@@ -152,9 +152,10 @@ def _idle_runbook(a: IdleAlert, q: Query) -> Runbook:
             "Activity is the pod's own: on a shared GPU its processes, not the device, so one "
             "busy neighbour does not hide an idle pod; on a Hopper MIG slice the slice's GPM "
             "engine activity; on an Ampere MIG slice (no activity counter without DCGM) the "
-            "share of the window in which any process ran on the slice — which needs the "
-            "exporter in the host PID namespace. Averaging over the window catches a notebook "
-            "busy a few minutes an hour, and `keep_firing_for` "
+            "share of the window in which any process ran on the slice, or its process "
+            "count was unknown — which needs the exporter in the host PID namespace. "
+            "Averaging over the window catches a notebook busy a few minutes an hour, and "
+            "`keep_firing_for` "
             f"({a.keep_firing_for}) keeps one burst of work from resolving and re-paging."
         ),
         impact=(

@@ -23,7 +23,11 @@ import pytest
 import yaml
 
 from kube_gpu_exporter.exporter.catalog import BY_NAME
+from kube_gpu_exporter.exporter.catalog.xid import HARDWARE_XIDS
+from kube_gpu_exporter.rules.config import Config
+from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promql_names import metric_names
+from kube_gpu_exporter.rules.xid_query import xid_events
 from prometheus_server import Generation, Prometheus
 from tsdb_backfill import backfilled
 
@@ -49,6 +53,27 @@ def doc_queries() -> dict[str, list[str]]:
         # Label names quoted in the prose (`namespace`) are not queries.
         queries[cells[0]] = [s for s in spans if not re.fullmatch(r"[a-z_]+", s) or s in BY_NAME]
     return queries
+
+
+def squeezed(query: str) -> str:
+    return re.sub(r"\s+", "", query)
+
+
+def test_the_xid_queries_count_as_the_alerts_do() -> None:
+    """The hand-written hardware-Xid queries (the section's block and the table's row) are
+    the alerts' count of Xid events (rules/xid_query.py) over an hour, without the job
+    selector: one that lacked an arm the alerts gained (the `offset` one, which keeps an event
+    to the window's end on Prometheus 3) answered differently from the alert it explains."""
+    codes = f'xid=~"{"|".join(map(str, HARDWARE_XIDS))}"'
+    events = xid_events(Query(Config()), "1h", "3600", codes)
+    expected = agg("max", ("instance", "gpu", "uuid", "xid"), events)
+    expected = squeezed(expected).replace('job="kube-gpu-exporter",', "")
+    expected = expected.replace('{job="kube-gpu-exporter"}', "")
+    text = DOC.read_text(encoding="utf-8").split("\n### Xid events in a window\n", 1)[1]
+    block = text.split("```promql\n", 1)[1].split("```", 1)[0]
+    assert squeezed(block) == expected
+    (row,) = doc_queries()["critical Xids in the last hour"]
+    assert squeezed(row) == expected
 
 
 def recorded_names() -> set[str]:
