@@ -236,14 +236,16 @@ def never_readers(count: int, over: int, pipelined: int) -> Start:
 
 @contextlib.contextmanager
 def _inbox(target: Target) -> Iterator[Running]:
-    pusher = InboxPush(target.port, addresses(1)[0], target.server_cert)
+    pusher = InboxPush(target.port, addresses(1)[0], target.tls)
     pusher.start()
     try:
         time.sleep(0.5)
+        before = pusher.accepted
         yield Running(
             lambda: (
-                f"the server took {pusher.accepted >> 10:,} KiB from it"
-                + (" (then cut it)" if pusher.cut else "")
+                f"{pusher.accepted >> 10:,} KiB taken from it, kernel buffers included "
+                f"({before >> 10:,} KiB before the scraper started)"
+                + (", then cut" if pusher.cut else "")
             )
         )
     finally:
