@@ -43,6 +43,7 @@ from kube_gpu_exporter.exporter.readings_table import (
     declarable,
     numbers_on,
 )
+from kube_gpu_exporter.exporter.simulated.process_timeline import processes_at
 from kube_gpu_exporter.exporter.simulated.timeline import (
     CLOCK_EVENTS_KEY,
     FIELDS,
@@ -246,41 +247,6 @@ class ScenarioSpec(_Model):
         return self
 
 
-def _processes_at(base: list[Process], frames: list[Keyframe], t: float) -> tuple[Process, ...]:
-    """The compute processes at time t, keyed as readings are: the last keyframe's list, or,
-    when the next keyframe that lists processes ramps, each process in both lists on its way
-    to the later values (by pid), so a process's memory climbs with its device's. A process
-    only in the earlier list stays until that keyframe; one only in the later list starts at
-    it."""
-    prev_t, prev = 0.0, base
-    for frame in frames:
-        if frame.processes is None:
-            continue
-        if frame.at <= t:
-            prev_t, prev = frame.at, frame.processes
-            continue
-        if frame.ramp and frame.at > prev_t:
-            share = (t - prev_t) / (frame.at - prev_t)
-            later = {p.pid: p for p in frame.processes}
-            return tuple(_between(p, later.get(p.pid), share) for p in prev)
-        break
-    return tuple(prev)
-
-
-def _between(process: Process, later: Process | None, share: float) -> Process:
-    """`process` moved `share` of the way to `later` (memory in whole bytes, as NVML's)."""
-    if later is None:
-        return process
-    memory = process.used_memory_bytes
-    sm = process.sm_utilization
-    return process.model_copy(
-        update={
-            "used_memory_bytes": int(memory + (later.used_memory_bytes - memory) * share),
-            "sm_utilization": sm + (later.sm_utilization - sm) * share,
-        }
-    )
-
-
 # --- the evaluated state at one moment -------------------------------------------------------
 
 
@@ -404,7 +370,7 @@ class Scenario:
             unsupported=frozenset(spec.unsupported),
             nvlink_links=spec.nvlink_links,
             xids=tuple(x for f in past for x in f.xid),
-            processes=_processes_at(spec.processes, frames, t),
+            processes=processes_at(spec.processes, frames, t),
             mig=mig,
         )
 
