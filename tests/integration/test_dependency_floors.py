@@ -48,6 +48,8 @@ TESTS: dict[str, tuple[str, ...]] = {
     "protobuf": ("tests/integration/test_podresources.py",),
     "urllib3": ("tests/integration/test_kube_client.py",),
     "kubernetes": ("tests/integration/test_kube_client.py",),  # its exec-plugin tests
+    # The server's request heads: the parser's own tests and the differential fuzz.
+    "httptools": ("tests/unit/test_request_head.py", "tests/integration/test_http_fuzz.py"),
     "msgspec": (
         _DECODE + "test_the_parse_cases_decode_alike_without_the_fallback",
         _DECODE + "test_mutated_cases_decode_alike_in_pages_and_events",
