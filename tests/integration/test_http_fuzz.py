@@ -10,7 +10,7 @@ net/http is not, Go's refusals (docs/architecture.md, "The request parser"); a r
 the connection's last answer (400, or 431 over the limit); a head cut short by the FIN gets
 no answer. The framing (where a head ends, the inbox, the read-header deadline, keep-alive),
 not the parser alone, is what is under test. Go's net/http as a second reference would need a
-Go program built for the test; not done (see the issue's report).
+Go program built for the test; not done.
 """
 
 from __future__ import annotations
