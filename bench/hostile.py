@@ -237,6 +237,7 @@ class _Slot:
     out: bytes = b""
     got: bytes = b""
     connecting: bool = False
+    tried: bool = False  # connected (or tried to) at least once
     since: float = 0.0  # when its connect began
     retry_at: float = 0.0
 
@@ -263,6 +264,7 @@ class Swarm(threading.Thread):
         self.cuts = 0  # connections the server closed (or refused)
         self.answers: Counter[int] = Counter()  # a flood's statuses
         self.went_round = threading.Event()  # every slot was tried once
+        self._untried = len(self._slots)
 
     def run(self) -> None:
         selector = selectors.DefaultSelector()
@@ -273,7 +275,7 @@ class Swarm(threading.Thread):
             while not self.stop.is_set() and time.monotonic() < deadline:
                 now = time.monotonic()
                 waiting = self._connect_some(selector, waiting, now)
-                if not waiting:
+                if not self._untried:
                     self.went_round.set()
                 for key, events in selector.select(0.05):
                     self._serve(selector, key.data, events, time.monotonic(), waiting)
@@ -299,6 +301,9 @@ class Swarm(threading.Thread):
                 later.append(i)
                 continue
             started += 1
+            if not slot.tried:
+                slot.tried = True
+                self._untried -= 1
             try:
                 sock = bound_socket(slot.source)
             except OSError:
