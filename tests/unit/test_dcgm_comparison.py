@@ -1,8 +1,8 @@
 """What the docs say dcgm-exporter does on shared GPUs is what its current releases do.
 
 Since 4.5.3-4.8.2 it splits utilization and framebuffer by process on time-sliced and MPS GPUs,
-behind `--kubernetes-virtual-gpus` and hostPID; NVIDIA/dcgm-exporter#725 (pods missed, a pod's memory
-repeated once per replica) is what remains. A comparison that says only "the device's values on
+behind `--kubernetes-virtual-gpus` and hostPID; NVIDIA/dcgm-exporter#725 (pods missed, a pod's
+memory repeated once per replica) is what remains. A comparison that says only "the device's values on
 every pod" is out of date, and one that leaves out #725 oversells the fix.
 """
 
