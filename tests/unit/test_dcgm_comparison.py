@@ -2,8 +2,8 @@
 
 Since 4.5.3-4.8.2 it splits utilization and framebuffer by process on time-sliced and MPS GPUs,
 behind `--kubernetes-virtual-gpus` and hostPID; NVIDIA/dcgm-exporter#725 (pods missed, a pod's
-memory repeated once per replica) is what remains. A comparison that says only "the device's values on
-every pod" is out of date, and one that leaves out #725 oversells the fix.
+memory repeated once per replica) is what remains. A comparison that says only "the device's
+values on every pod" is out of date, and one that leaves out #725 oversells the fix.
 """
 
 from __future__ import annotations
