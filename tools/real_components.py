@@ -70,6 +70,9 @@ class Component:
     # module: path under the module's root -> what stands in for it. Go refuses overlays into
     # the module cache, so such a module is built from a copy with the stand-ins added
     placeholders: dict[str, str] = field(default_factory=dict)
+    # files copied from the module beside the binaries: name in the cache folder -> path
+    # under the module's root (the prometheus-operator's CRD manifests)
+    files: dict[str, str] = field(default_factory=dict)
 
 
 K8S = "v1.37.2"
@@ -119,6 +122,24 @@ _NO_UI = (
     "<a href=api/v2/status>/api/v2</a>.</p>\n"
 )
 ETCD = "v3.7.3"  # Kubernetes v1.37's client is etcd v3.7
+# the newest (and only) version of the operator's root module the proxy serves; its two
+# sibling modules (pkg/apis/monitoring, pkg/client) are fetched at the same version
+PROMETHEUS_OPERATOR = "v0.85.0"
+OPERATOR_CRDS = tuple(
+    f"monitoring.coreos.com_{kind}.yaml"
+    for kind in (
+        "alertmanagerconfigs",
+        "alertmanagers",
+        "podmonitors",
+        "probes",
+        "prometheusagents",
+        "prometheuses",
+        "prometheusrules",
+        "scrapeconfigs",
+        "servicemonitors",
+        "thanosrulers",
+    )
+)
 
 PINS: dict[str, Component] = {
     c.name: c
@@ -176,12 +197,25 @@ PINS: dict[str, Component] = {
                 "helm.sh/helm/v3/internal/version.gitTreeState": "archive",
             },
         ),
+        Component(
+            "prometheus-operator",
+            "github.com/prometheus-operator/prometheus-operator",
+            PROMETHEUS_OPERATOR,
+            {
+                "prometheus-operator": (
+                    "github.com/prometheus-operator/prometheus-operator/cmd/operator"
+                )
+            },
+            _prom_version(PROMETHEUS_OPERATOR[1:], PROMETHEUS_OPERATOR),
+            PROMETHEUS_OPERATOR,
+            files={f"crds/{n}": f"example/prometheus-operator-crd/{n}" for n in OPERATOR_CRDS},
+        ),
     )
 }
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "k8s": ("kubernetes", "etcd"),
-    "prom": ("prometheus", "alertmanager", "helm"),
+    "prom": ("prometheus", "alertmanager", "helm", "prometheus-operator"),
 }
 GROUPS["all"] = GROUPS["k8s"] + GROUPS["prom"]
 
@@ -269,7 +303,7 @@ def upstream(component: Component, work: Path) -> tuple[Path, list[str]]:
     return Path(info["Dir"]), lines
 
 
-def write_module(component: Component, work: Path) -> None:
+def write_module(component: Component, work: Path) -> Path:
     """The generated main module: require the upstream, repeat its replaces; a module with
     placeholders is replaced by a copy of itself (`./src`) that has them."""
     work.mkdir(parents=True, exist_ok=True)
@@ -291,6 +325,7 @@ def write_module(component: Component, work: Path) -> None:
     if replaces:
         text += "\nreplace (\n" + "\n".join(replaces) + "\n)\n"
     (work / "go.mod").write_text(text)
+    return module_dir
 
 
 @contextlib.contextmanager
@@ -313,7 +348,7 @@ def build(component: Component) -> dict[str, object]:
         error_file = cache_root() / f"{component.name}-{component.version}.error"
         shutil.rmtree(out, ignore_errors=True)
         try:
-            write_module(component, work)
+            module_dir = write_module(component, work)
             ldflags = "-s -w" + "".join(f" -X {k}={v}" for k, v in component.ldflags_x.items())
             jobs = os.environ.get("KGE_GO_JOBS", "2")
             with tempfile.TemporaryDirectory(dir=cache_root()) as tmp:
@@ -337,6 +372,9 @@ def build(component: Component) -> dict[str, object]:
                     if produced not in built and re.fullmatch(r"v\d+", produced):
                         produced = package.rsplit("/", 2)[1]  # a major-version suffix: …/server/v3
                     os.replace(Path(tmp) / produced, out / binary)
+                for name, relative in component.files.items():
+                    (out / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(module_dir / relative, out / name)
         except Refused as refused:
             shutil.rmtree(out, ignore_errors=True)
             error_file.write_text(f"{component.module}@{component.version}\n{refused}\n")
