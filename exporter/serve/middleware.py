@@ -39,6 +39,7 @@ MAX_PENDING_CHECKS: Final = 8
 MAX_PENDING_PER_CLIENT: Final = 2
 MAX_PENDING_TRUSTED: Final = 64
 SUSPECTS: Final = 4096  # addresses remembered for their last failed check
+GAVE_WAY: Final = 8192  # addresses remembered with the credentials whose check gave way
 
 
 class BasicAuth:
@@ -59,8 +60,10 @@ class BasicAuth:
     addresses not yet suspect (each new flooding address is one, once), the newest check goes
     first and the oldest gives way when MAX_PENDING_TRUSTED wait (503): Prometheus' first
     scrape after a restart is not queued behind every address that flooded before it. And
-    credentials asked for again while their check waits (Prometheus' next scrape, an HA
-    pair) go before all others: a flood of distinct guesses never repeats one. Pending
+    credentials asked for again while their check waits, or after it gave way (Prometheus'
+    next scrape, an HA pair), go before all others: a flood of distinct guesses never
+    repeats one, and an address whose check gave way that asks something else waits with
+    the suspects. Pending
     checks are shared per address (MAX_PENDING_PER_CLIENT, then 429) and, for suspects, in
     all (MAX_PENDING_CHECKS, then 503), both with Retry-After, instead of an unbounded queue.
     This middleware runs outside the scrape bound, so none of this takes a
@@ -78,6 +81,9 @@ class BasicAuth:
         self._refused: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._checking: dict[tuple[str, bytes], asyncio.Future[bool | None]] = {}
         self._suspects: OrderedDict[str, None] = OrderedDict()  # addresses, last check failed
+        # address → the credentials whose check gave way to newer ones (503): asked again,
+        # they go first; another password from there waits with the suspects'.
+        self._gave_way: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self._per_client = Shares(0, MAX_PENDING_PER_CLIENT)
         self._suspect_checks = Shares(MAX_PENDING_CHECKS, 0)
         self._turns = CheckTurns(MAX_PENDING_TRUSTED)
@@ -114,9 +120,15 @@ class BasicAuth:
         if running is not None:  # the same credentials are being checked: share that check
             self._turns.repeat(key)
             return await asyncio.shield(running)
-        # A suspect: its last check failed, or it has one under way (a new address gets one
-        # check ahead of the suspects, not one per connection it opens).
-        suspect = client in self._suspects or self._per_client.held(client) > 0
+        # Asked again after its check gave way: first in line (Prometheus' next scrape). A
+        # suspect: its last check failed, it has one under way (a new address gets one check
+        # ahead of the suspects, not one per connection it opens), or it asked something
+        # else after its check gave way (a flood of new passwords is not asked twice).
+        before = self._gave_way.pop(client, None)
+        again = before == key
+        suspect = not again and (
+            before is not None or client in self._suspects or self._per_client.held(client) > 0
+        )
         refusal = self._per_client.take(client)
         if refusal is not None:
             return refusal
@@ -127,7 +139,7 @@ class BasicAuth:
         verdict: asyncio.Future[bool | None] = loop.create_future()
         self._checking[key] = verdict
         try:
-            async with self._turns.turn(client, key, suspect):
+            async with self._turns.turn(client, key, suspect, again):
                 hashed = self._users.get(user)
                 matched = await loop.run_in_executor(
                     None, self._check, password, hashed or self._decoy
@@ -138,6 +150,9 @@ class BasicAuth:
             verdict.set_result(matched)
             return matched
         except GaveWay:
+            self._gave_way[client] = key
+            while len(self._gave_way) > GAVE_WAY:
+                self._gave_way.popitem(last=False)
             return Refusal.TOTAL
         finally:
             if not verdict.done():  # cancelled or gave way: those sharing it may ask again
@@ -201,9 +216,12 @@ class CheckTurns:
         self._by_key: dict[object, asyncio.Future[None]] = {}
 
     @contextlib.asynccontextmanager
-    async def turn(self, client: str, key: object, suspect: bool) -> AsyncIterator[None]:
-        """Wait for the turn of the check of `key` (GaveWay if it made room), run it, pass on."""
-        await self._wait(client, key, suspect)
+    async def turn(
+        self, client: str, key: object, suspect: bool, again: bool = False
+    ) -> AsyncIterator[None]:
+        """Wait for the turn of the check of `key` (GaveWay if it made room), run it, pass on;
+        `again`: asked again, it goes with the repeated ones."""
+        await self._wait(client, key, suspect, again)
         try:
             yield
         finally:
@@ -225,12 +243,14 @@ class CheckTurns:
                     break
         self._repeated.append(waiter)
 
-    async def _wait(self, client: str, key: object, suspect: bool) -> None:
+    async def _wait(self, client: str, key: object, suspect: bool, again: bool) -> None:
         if not self._busy:
             self._busy = True
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if suspect:
+        if again:
+            self._repeated.append(waiter)
+        elif suspect:
             self._suspects.setdefault(client, deque()).append(waiter)
         else:
             self._trusted.append(waiter)
