@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kube_gpu_exporter.exporter.generate.daemonset import NAME, PORT_NAME, image
+from kube_gpu_exporter.exporter.generate.daemonset import (
+    NAME,
+    POD_SECURITY_CONTEXT,
+    PORT_NAME,
+    PROBE_TIMING,
+    image,
+)
 from kube_gpu_exporter.rules.config import Config
 
 CLUSTER_NAME: Final = f"{NAME}-cluster"
@@ -24,6 +30,13 @@ WATCHED: Final = ["pods", "nodes", "resourcequotas", "events"]  # pods first: al
 RESOURCES: Final = {
     "requests": {"cpu": "100m", "memory": "256Mi"},
     "limits": {"memory": "512Mi"},
+}
+SECURITY_CONTEXT: Final = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
 }
 
 
@@ -40,12 +53,7 @@ def _metadata(cfg: Config, namespaced: bool = True) -> dict[str, Any]:
 
 
 def _probe(path: str) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": path, "port": PORT_NAME},
-        "periodSeconds": 10,
-        "timeoutSeconds": 3,
-        "failureThreshold": 3,
-    }
+    return {"httpGet": {"path": path, "port": PORT_NAME}, **PROBE_TIMING}
 
 
 def cluster_dicts(cfg: Config) -> list[dict[str, Any]]:
@@ -82,18 +90,12 @@ def cluster_dicts(cfg: Config) -> list[dict[str, Any]]:
         "livenessProbe": _probe("/healthz"),
         "readinessProbe": _probe("/readyz"),
         "resources": RESOURCES,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65534,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": SECURITY_CONTEXT,
     }
     pod = {
         "serviceAccountName": CLUSTER_NAME,
         "enableServiceLinks": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": POD_SECURITY_CONTEXT,
         "containers": [container],
     }
     deployment = {

@@ -27,6 +27,15 @@ POD_RESOURCES_MOUNT = str(PurePosixPath(DEFAULT_SOCKET).parent)
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 MAX_UNAVAILABLE = "10%"
 TERMINATION_GRACE_SECONDS = 15
+UPDATE_STRATEGY = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": MAX_UNAVAILABLE}}
+PROBE_TIMING = {"periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
+POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
+SECURITY_CONTEXT = {
+    "runAsUser": 0,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 def image(cfg: Config) -> str:
@@ -70,7 +79,7 @@ def commented(text: str, notes: Mapping[str, str]) -> str:
     return "".join(lines)
 
 
-def _node_affinity(cfg: Config) -> dict[str, Any]:
+def node_affinity(cfg: Config) -> dict[str, Any]:
     settings = cfg.deployment.node_affinity
     expression: dict[str, Any] = {"key": settings.key, "operator": "Exists"}
     if settings.values:
@@ -84,7 +93,7 @@ def _node_affinity(cfg: Config) -> dict[str, Any]:
     }
 
 
-def _tolerations(cfg: Config) -> list[dict[str, str]]:
+def tolerations(cfg: Config) -> list[dict[str, str]]:
     out = [GPU_TOLERATION]
     for toleration in cfg.deployment.extra_tolerations:
         fields = toleration.model_dump()
@@ -93,12 +102,7 @@ def _tolerations(cfg: Config) -> list[dict[str, str]]:
 
 
 def _probe(path: str) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": path, "port": PORT_NAME},
-        "periodSeconds": 10,
-        "timeoutSeconds": 3,
-        "failureThreshold": 3,
-    }
+    return {"httpGet": {"path": path, "port": PORT_NAME}, **PROBE_TIMING}
 
 
 def _container(cfg: Config) -> dict[str, Any]:
@@ -120,12 +124,7 @@ def _container(cfg: Config) -> dict[str, Any]:
             "requests": resources.requests.model_dump(),
             "limits": resources.limits.model_dump(),
         },
-        "securityContext": {
-            "runAsUser": 0,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": SECURITY_CONTEXT,
         "volumeMounts": [
             {"name": POD_RESOURCES_VOLUME, "mountPath": POD_RESOURCES_MOUNT, "readOnly": True}
         ],
@@ -142,9 +141,9 @@ def daemonset_dict(cfg: Config) -> dict[str, Any]:
     pod |= {
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "affinity": _node_affinity(cfg),
-        "tolerations": _tolerations(cfg),
+        "securityContext": POD_SECURITY_CONTEXT,
+        "affinity": node_affinity(cfg),
+        "tolerations": tolerations(cfg),
         "containers": [_container(cfg)],
         "volumes": [
             {
@@ -159,10 +158,7 @@ def daemonset_dict(cfg: Config) -> dict[str, Any]:
         "metadata": {"name": NAME, "namespace": settings.namespace, "labels": SELECTOR_LABELS},
         "spec": {
             "selector": {"matchLabels": SELECTOR_LABELS},
-            "updateStrategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": MAX_UNAVAILABLE},
-            },
+            "updateStrategy": UPDATE_STRATEGY,
             "template": {"metadata": {"labels": SELECTOR_LABELS}, "spec": pod},
         },
     }

@@ -1,6 +1,8 @@
-"""The chart's values.schema.json: the thresholds file's own pydantic models as JSON Schema
-(`Config.model_json_schema()`), so that Helm refuses an unknown key, a wrong type or a value out
-of range with a message naming it, and the schema cannot drift from what `generate` accepts.
+"""The chart's values.schema.json: the thresholds it holds, as the thresholds file's own pydantic
+models (`Config.model_json_schema()`), and the chart's own keys (chart_keys.py), so that Helm
+refuses an unknown key, a wrong type or a value out of range with a message naming it, and the
+schema cannot drift from what `generate` accepts. Kubernetes structures passed through
+(affinity, securityContext) are typed as objects and left to the API server.
 
 Written as draft-07 (`definitions`, not 2020-12's `$defs`): Helm up to 3.17 validates with
 gojsonschema, which knows drafts 4 to 7, and later Helm (santhosh-tekuri/jsonschema) reads
@@ -14,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from kube_gpu_exporter.exporter.generate.helm_values import ALERTMANAGER_CONFIG, RENDERED
+from kube_gpu_exporter.exporter.generate.chart_keys import chart_schema
+from kube_gpu_exporter.exporter.generate.helm_values import RENDERED, THRESHOLD_KEYS
 from kube_gpu_exporter.rules.config import Config
 
 DRAFT: Final = "http://json-schema.org/draft-07/schema#"
@@ -45,13 +48,22 @@ _CHART_PROPERTIES: Final = {
             "version": {"type": "string"},
             "thresholds": {"type": "object"},
             "files": {"type": "object", "additionalProperties": {"type": "string"}},
+            "scrape": {"type": "object"},
         },
     },
-    ALERTMANAGER_CONFIG: {
-        "description": "The inhibit rules as a prometheus-operator AlertmanagerConfig.",
+    # The thresholds file's image keys, which the chart's values once were: still read, below
+    # image.*, so that `--set deployment.image.tag=...` keeps working.
+    "deployment": {
+        "description": "Deprecated: image.repository and image.tag.",
         "type": "object",
         "additionalProperties": False,
-        "properties": {"enabled": {"type": "boolean"}},
+        "properties": {
+            "image": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"repository": {"type": "string"}, "tag": {"type": "string"}},
+            }
+        },
     },
     "global": {"description": "Helm's values shared with a parent chart.", "type": "object"},
 }
@@ -61,7 +73,13 @@ def values_schema() -> dict[str, Any]:
     """The schema of the chart's values: the thresholds file's keys and the chart's own."""
     schema = Config.model_json_schema(ref_template="#/definitions/{model}")
     definitions = schema.pop("$defs", {})
-    schema["properties"].update(_CHART_PROPERTIES)
+    thresholds = schema["properties"]
+    schema["properties"] = {key: thresholds[key] for key in THRESHOLD_KEYS}
+    schema["properties"] |= chart_schema() | _CHART_PROPERTIES
+    schema["description"] = (
+        "The chart's values: thresholds (snake_case, the thresholds file's keys) and the "
+        "chart's own keys (camelCase)."
+    )
     fixed: dict[str, Any] = _fixed({"$schema": DRAFT, **schema, "definitions": definitions})
     return fixed
 

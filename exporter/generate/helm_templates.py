@@ -1,5 +1,6 @@
-"""The chart's Go templates: one per file of deploy/ that holds Kubernetes objects, each printing
-that file as `rendered` holds it, and the helper that checks `rendered` first.
+"""templates/_rendered.tpl: the helper through which the chart's templates read `rendered`
+(the PrometheusRule, dashboards, AlertmanagerConfig and scrape labels `generate` computed),
+checked first. The chart's other templates are its own files, written by hand.
 
 The check is the point of the design: the rules, dashboards and manifests are computed from the
 thresholds in Python, so a threshold changed in Helm's values alone (`--set`, `-f`) would change
@@ -15,12 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import Final
 
-from kube_gpu_exporter.exporter.generate.helm_values import (
-    ALERTMANAGER_CONFIG,
-    ALERTMANAGER_CONFIG_FILE,
-    CHART_KEYS,
-    RENDERED,
-)
+from kube_gpu_exporter.exporter.generate.helm_values import RENDERED, THRESHOLD_KEYS
 
 RENDERED_FILE: Final = "files/rendered.yaml"
 GENERATED: Final = (
@@ -51,15 +47,15 @@ def _quoted(words: Iterable[str]) -> str:
     return " ".join(f'"{w}"' for w in words)
 
 
-def helpers(file_names: Iterable[str]) -> str:
-    """templates/_helpers.tpl: `kube-gpu-exporter.files`, the checked files as JSON."""
+def rendered_helper(file_names: Iterable[str]) -> str:
+    """templates/_rendered.tpl: `kube-gpu-exporter.rendered`, the checked value as JSON."""
     return f"""{{{{/*
 {GENERATED}
 
-kube-gpu-exporter.files: the rendered files (name: YAML text) as JSON, once `rendered` is
+kube-gpu-exporter.rendered: `rendered` (files by name, scrape labels) as JSON, once it is
 known to come from this chart's version and from the thresholds in these values.
 */}}}}
-{{{{- define "kube-gpu-exporter.files" -}}}}
+{{{{- define "kube-gpu-exporter.rendered" -}}}}
 {{{{- $rendered := .Values.{RENDERED} | default (.Files.Get "{RENDERED_FILE}" | fromYaml) -}}}}
 {{{{- if not $rendered.files -}}}}
 {{{{- fail {_go(NO_FILES)} -}}}}
@@ -73,7 +69,7 @@ known to come from this chart's version and from the thresholds in these values.
 {{{{- fail (printf {_go(UNKNOWN_FILE)} $name) -}}}}
 {{{{- end -}}}}
 {{{{- end -}}}}
-{{{{- $given := omit .Values {_quoted(CHART_KEYS)} -}}}}
+{{{{- $given := pick .Values {_quoted(THRESHOLD_KEYS)} -}}}}
 {{{{- $from := $rendered.thresholds | default dict -}}}}
 {{{{- $changed := list -}}}}
 {{{{- range $key := keys $given $from | uniq | sortAlpha -}}}}
@@ -94,34 +90,6 @@ known to come from this chart's version and from the thresholds in these values.
 {{{{- if $changed -}}}}
 {{{{- fail (printf {_go(CHANGED)} (join ", " $changed)) -}}}}
 {{{{- end -}}}}
-{{{{- $rendered.files | toJson -}}}}
+{{{{- $rendered | toJson -}}}}
 {{{{- end -}}}}
-"""
-
-
-def file_template(name: str) -> str:
-    """The template that prints deploy/`name` as rendered (nothing where the thresholds make
-    no such file, as the NetworkPolicies without a Prometheus selector)."""
-    return f"""{{{{- /* {GENERATED} deploy/{name}, as rendered. */ -}}}}
-{{{{- $files := include "kube-gpu-exporter.files" . | fromJson -}}}}
-{{{{- index $files "{name}" | default "" -}}}}
-"""
-
-
-def alertmanager_config_template() -> str:
-    """The AlertmanagerConfig of the inhibit rules, only when asked for (not in deploy/)."""
-    return f"""{{{{- /* {GENERATED} The inhibit rules, as an AlertmanagerConfig. */ -}}}}
-{{{{- if (.Values.{ALERTMANAGER_CONFIG}).enabled -}}}}
-{{{{- $files := include "kube-gpu-exporter.files" . | fromJson -}}}}
-{{{{- index $files "{ALERTMANAGER_CONFIG_FILE}" -}}}}
-{{{{- end -}}}}
-"""
-
-
-NOTES: Final = f"""\
-kube-gpu-exporter {{{{ .Chart.AppVersion }}}}: node exporters, cluster view, alerts, dashboards.
-
-To change thresholds, edit a thresholds file and render it (the chart cannot compute rules):
-  {RENDER_COMMAND}
-  helm upgrade {{{{ .Release.Name }}}} <this chart> -n {{{{ .Release.Namespace }}}} -f FILE
 """

@@ -1,44 +1,54 @@
-"""What the Helm chart renders, as values: the thresholds and everything `generate` computes from
-them (the Kubernetes objects of deploy/, and an AlertmanagerConfig of the inhibit rules).
+"""What `generate` gives the Helm chart as values: the thresholds that shape the rules and
+dashboards, what it computed from them (`rendered:`), and the chart's workload keys that a
+thresholds file's `deployment:` and `prometheus_rule:` sections say in the chart's terms.
 
 Helm's templates cannot compute alerts, recording rules or dashboards from thresholds: that is
-Python (rules/, grafana/). So the chart takes the computed objects as data, `rendered:`, beside
-the thresholds they were computed from, and refuses to render when the two disagree
-(helm_templates.py). The chart's own default `rendered` is this module's output for the default
-thresholds, and `generate --config FILE --helm-values OUT` writes the same for FILE: the
-thresholds at the top level (the chart's values *are* the thresholds file) and `rendered:`
-below them, so `helm upgrade -f OUT` changes the alerts and the schema checks the thresholds.
+Python (rules/, grafana/). So the chart takes the PrometheusRule, the dashboard ConfigMaps, the
+AlertmanagerConfig and the labels the ServiceMonitors must set as data, `rendered:`, beside the
+thresholds they were computed from, and refuses to render when the two disagree
+(helm_templates.py). The workloads are Helm templates of their own (chart_keys.py); the
+chart's default `rendered` is this module's output for the default thresholds, and
+`generate --config FILE --helm-values OUT` writes the same for FILE.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from typing import Any, Final
 
-import yaml
-
 from kube_gpu_exporter.exporter import __version__
-from kube_gpu_exporter.exporter.generate.daemonset import SELECTOR_LABELS
-from kube_gpu_exporter.exporter.generate.manifests import KUSTOMIZATION
-from kube_gpu_exporter.exporter.generate.network_policy import (
-    CLUSTER_NETWORK_POLICY,
-    NETWORK_POLICY,
+from kube_gpu_exporter.exporter.generate.chart_keys import chart_defaults
+from kube_gpu_exporter.exporter.generate.daemonset import (
+    SELECTOR_LABELS,
+    node_affinity,
+    tolerations,
 )
-from kube_gpu_exporter.exporter.generate.outputs import render_outputs
+from kube_gpu_exporter.exporter.generate.outputs import (
+    DASHBOARDS_DIR,
+    PROMETHEUS_RULE,
+    render_outputs,
+)
 from kube_gpu_exporter.rules.config import Config, ConfigError
 from kube_gpu_exporter.rules.inhibitions import inhibit_rules
 from kube_gpu_exporter.rules.render import HEADER, dump_yaml
+from kube_gpu_exporter.rules.settings.values import selector_labels
 
-# The chart's own keys beside the thresholds: not thresholds, so not compared with them.
 RENDERED: Final = "rendered"
-ALERTMANAGER_CONFIG: Final = "alertmanagerConfig"
-CHART_KEYS: Final = (RENDERED, ALERTMANAGER_CONFIG, "global")
 ALERTMANAGER_CONFIG_FILE: Final = "alertmanager-config.yaml"
-# Files that some thresholds produce and the defaults do not: the chart has a template for
-# each, so that values rendered for any thresholds find one (helm_chart.py).
-OPTIONAL_FILES: Final = (NETWORK_POLICY, CLUSTER_NETWORK_POLICY)
+# The thresholds that shape what `rendered` holds: compared with those it was computed from.
+# `deployment:` and `prometheus_rule:` say where and how deploy/ runs; in the chart their
+# settings are its own keys (deployment_values), and the rendered objects' labels are the
+# chart's (a label is not a threshold), so the PrometheusRule is rendered without them.
+THRESHOLD_KEYS: Final = (
+    "selectors",
+    "labels",
+    "runbook_url",
+    "cost",
+    "dashboards",
+    "alert_labels",
+    "alerts",
+)
 _MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)(".*")')
 
 
@@ -51,19 +61,77 @@ def thresholds_values(cfg: Config) -> dict[str, Any]:
     return values
 
 
-def kubernetes_files(outputs: Mapping[str, str]) -> list[str]:
-    """The files of `outputs` that are Kubernetes objects: what kustomization.yaml applies."""
-    resources: list[str] = yaml.safe_load(outputs[KUSTOMIZATION])["resources"]
-    return resources
+def chart_thresholds(cfg: Config) -> dict[str, Any]:
+    """The thresholds the chart's values hold (THRESHOLD_KEYS)."""
+    values = thresholds_values(cfg)
+    return {key: values[key] for key in THRESHOLD_KEYS if key in values}
+
+
+def scrape_labels(selector: str, own: tuple[str, ...]) -> list[dict[str, str]]:
+    """The labels a ServiceMonitor sets so that `selector` (the rules' selector of its series)
+    matches them, less those the target brings itself (`own`); the chart's template leaves
+    out a job equal to its Service's name, the operator's default job."""
+    return [
+        {"label": label, "value": value}
+        for label, value in selector_labels(selector).items()
+        if label not in own
+    ]
 
 
 def rendered(cfg: Config) -> dict[str, Any]:
-    """The chart's `rendered:` value for `cfg`: this version, the thresholds, and per file of
-    deploy/ that holds Kubernetes objects its text (comments kept), plus the AlertmanagerConfig."""
-    outputs = render_outputs(cfg)
-    files = {name: outputs[name] for name in kubernetes_files(outputs)}
-    files[ALERTMANAGER_CONFIG_FILE] = HEADER + dump_yaml(alertmanager_config(cfg))
-    return {"version": __version__, "thresholds": thresholds_values(cfg), "files": files}
+    """The chart's `rendered:` value for `cfg`: this version, the thresholds, the text of the
+    PrometheusRule, the dashboard ConfigMaps and the AlertmanagerConfig, and the labels each
+    ServiceMonitor sets."""
+    bare = cfg.model_copy(
+        update={"prometheus_rule": cfg.prometheus_rule.model_copy(update={"labels": {}})}
+    )
+    outputs = render_outputs(bare)
+    files = {PROMETHEUS_RULE: outputs[PROMETHEUS_RULE]}
+    for name, text in outputs.items():
+        if name.startswith(f"{DASHBOARDS_DIR}/") and name.endswith("-configmap.yaml"):
+            files[name] = text
+    files[ALERTMANAGER_CONFIG_FILE] = HEADER + dump_yaml(alertmanager_config(bare))
+    scrape = {
+        "exporter": scrape_labels(cfg.selectors.exporter, ("instance", cfg.labels.node)),
+        "cluster": scrape_labels(cfg.selectors.cluster_view, ("instance",)),
+    }
+    return {
+        "version": __version__,
+        "thresholds": chart_thresholds(cfg),
+        "files": files,
+        "scrape": scrape,
+    }
+
+
+def deployment_values(cfg: Config) -> dict[str, Any]:
+    """The thresholds file's `deployment:` and `prometheus_rule:` as the chart's keys, so that
+    one thresholds file drives a Helm install as it drives deploy/. Not mapped: the namespace
+    (Helm's -n) and the PrometheusRule's name (the release's full name)."""
+    settings, rule = cfg.deployment, cfg.prometheus_rule
+    labels = dict(sorted(rule.labels.items()))
+    policy = settings.network_policy
+    return {
+        "image": {"repository": settings.image.repository, "tag": settings.image.tag},
+        "hostPID": settings.per_process_attribution,
+        "runtimeClassName": settings.runtime_class_name,
+        "podResourcesDir": settings.pod_resources_dir,
+        "affinity": node_affinity(cfg),
+        "tolerations": tolerations(cfg),
+        "resources": {
+            "requests": settings.resources.requests.model_dump(),
+            "limits": settings.resources.limits.model_dump(),
+        },
+        "serviceMonitor": {"interval": settings.scrape_interval, "additionalLabels": labels},
+        "networkPolicy": {
+            "enabled": policy.enabled,
+            "prometheusNamespaceLabels": dict(sorted(policy.prometheus_namespace_labels.items())),
+            "prometheusPodLabels": dict(sorted(policy.prometheus_pod_labels.items())),
+            "nodeCIDRs": list(policy.node_cidrs),
+        },
+        "prometheusRule": {"namespace": rule.namespace, "additionalLabels": labels},
+        "grafanaDashboards": {"namespace": cfg.dashboards.namespace},
+        "alertmanagerConfig": {"namespace": rule.namespace, "additionalLabels": labels},
+    }
 
 
 def alertmanager_config(cfg: Config) -> dict[str, Any]:
@@ -105,19 +173,24 @@ def _matcher(text: str) -> dict[str, str]:
 
 
 def values_file(cfg: Config) -> str:
-    """`generate --helm-values FILE`: the thresholds and `rendered:` for `helm -f FILE`. A map
-    key that the defaults have and `cfg` does not (prometheus_rule.labels.release) is written
-    as null, which is how a values file deletes a default in Helm."""
-    defaults = thresholds_values(Config())
+    """`generate --helm-values FILE`: the thresholds, their deploy/ settings as chart keys and
+    `rendered:`, for `helm -f FILE`. A threshold map key that the defaults have and `cfg` does
+    not is written as null, which is how a values file deletes a default in Helm."""
     notes = (
         f"# Values for the kube-gpu-exporter chart {__version__}: `helm upgrade --install "
         "RELEASE charts/kube-gpu-exporter -f THIS_FILE`.\n"
-        "# The thresholds are the top-level keys; `rendered` holds what generate computed from "
+        "# The thresholds are the snake_case keys; `rendered` holds what generate computed from "
         "them.\n# Change the thresholds file and generate again; the chart refuses thresholds "
-        "that differ from those\n# `rendered` was computed from.\n"
+        "that differ from those\n# `rendered` was computed from. The camelCase keys are the "
+        "thresholds file's deployment:\n# section in the chart's terms; more --set or -f "
+        "files may change them.\n"
     )
-    values = _with_deletions(thresholds_values(cfg), defaults)
-    return HEADER + notes + dump_yaml({**values, RENDERED: rendered(cfg)})
+    values = _with_deletions(chart_thresholds(cfg), chart_thresholds(Config()))
+    chart = deployment_values(cfg)
+    unknown = set(chart) - set(chart_defaults())
+    if unknown:  # a key the chart does not have: our bug
+        raise AssertionError(f"deployment_values: no chart key {sorted(unknown)}")
+    return HEADER + notes + dump_yaml({**values, **chart, RENDERED: rendered(cfg)})
 
 
 def _with_deletions(value: Any, default: Any) -> Any:

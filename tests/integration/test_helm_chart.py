@@ -1,7 +1,9 @@
-"""The Helm chart that `generate` writes (charts/kube-gpu-exporter/), run through the real `helm`
-built from its Go module: it lints clean, renders deploy/ object for object with its default
-values, refuses bad values through its schema, and changes the alerts when upgraded with the
-values `generate --helm-values` renders from another thresholds file — and only then."""
+"""The Helm chart (charts/kube-gpu-exporter/), run through the real `helm` built from its Go
+module: it lints clean, its defaults with the values `generate --helm-values` writes for the
+default thresholds are deploy/ object for object, bad values are refused by its schema, and the
+alerts change when upgraded with the values `generate --helm-values` renders from another
+thresholds file — and only then. Each of the chart's own keys: test_helm_chart_keys.py; the
+install lifecycle on a real API server: test_helm_install.py."""
 
 from __future__ import annotations
 
@@ -12,17 +14,31 @@ from typing import Any
 
 import pytest
 import yaml
-from control_plane import ControlPlane, run_control_plane
-from operator_crds import install_crds
 from real_binaries import require
 
 from kube_gpu_exporter.exporter.generate.command import main as generate
-from kube_gpu_exporter.exporter.generate.helm_chart import CHART_DIR, chart_files
+from kube_gpu_exporter.exporter.generate.helm_chart import CHART_DIR, TEMPLATES, chart_files
 from kube_gpu_exporter.rules.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / CHART_DIR
 DEPLOY = REPO / "deploy"
+# What a cluster with the prometheus-operator serves: `helm template` knows no server.
+OPERATOR_APIS = (
+    "--api-versions",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "--api-versions",
+    "monitoring.coreos.com/v1/PrometheusRule",
+)
+# The labels Helm's conventions add, which deploy/ (no release) has not.
+HELM_LABELS = frozenset(
+    {
+        "helm.sh/chart",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+        "app.kubernetes.io/managed-by",
+    }
+)
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,8 +47,8 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def template(*args: str) -> subprocess.CompletedProcess[str]:
-    return helm("template", "kge", str(CHART), "--namespace", "monitoring", *args)
+def template(*args: str, release: str = "kge") -> subprocess.CompletedProcess[str]:
+    return helm("template", release, str(CHART), "--namespace", "monitoring", *args)
 
 
 def objects(text: str) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -48,10 +64,28 @@ def objects(text: str) -> dict[tuple[str, str, str], dict[str, Any]]:
     return found
 
 
+def rendered_objects(*args: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    result = template(*args)
+    assert result.returncode == 0, result.stderr
+    return objects(result.stdout)
+
+
+def of_kind(objs: dict[tuple[str, str, str], dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for (k, _, _), o in objs.items() if k == kind]
+
+
 def deploy_objects() -> dict[tuple[str, str, str], dict[str, Any]]:
     """What `kubectl apply -k deploy/` applies: every file its kustomization lists."""
     resources = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
     return objects("\n---\n".join((DEPLOY / name).read_text() for name in resources))
+
+
+def without_helm_labels(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_helm_labels(v) for k, v in value.items() if k not in HELM_LABELS}
+    if isinstance(value, list):
+        return [without_helm_labels(v) for v in value]
+    return value
 
 
 def rendered_values(tmp_path: Path, thresholds: str) -> Path:
@@ -62,34 +96,87 @@ def rendered_values(tmp_path: Path, thresholds: str) -> Path:
 
 
 def rule(objs: dict[tuple[str, str, str], dict[str, Any]], alert: str) -> dict[str, Any]:
-    (prometheus_rule,) = (o for k, o in objs.items() if k[0] == "PrometheusRule")
+    (prometheus_rule,) = of_kind(objs, "PrometheusRule")
     groups = prometheus_rule["spec"]["groups"]
     return next(r for g in groups for r in g["rules"] if r.get("alert") == alert)
 
 
-def test_the_chart_on_disk_is_what_generate_writes():
-    """No file in the chart that generate does not write (a stale template would render)."""
+def test_the_chart_on_disk_is_what_generate_writes_and_the_templates():
+    """No file in the chart but the generated ones and the templates (a stale template would
+    render)."""
     on_disk = {str(p.relative_to(CHART)) for p in CHART.rglob("*") if p.is_file()}
-    assert on_disk == set(chart_files(Config()))
+    assert on_disk == set(chart_files(Config())) | set(TEMPLATES)
 
 
-def test_helm_lint_is_clean():
-    result = helm("lint", "--strict", str(CHART))
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--set", "image.tag=0.2.0", "--set", "serviceMonitor.enabled=true"]],
+    ids=["defaults", "set"],
+)
+def test_helm_lint_is_clean(args: list[str]):
+    result = helm("lint", "--strict", str(CHART), *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
 
 
-def test_default_values_render_deploy_object_for_object():
-    result = template()
+def test_deploy_is_the_chart_with_the_default_thresholds_values(tmp_path: Path):
+    """deploy/ and the chart's templates, one source of truth held by this test: the chart
+    rendered with what `--helm-values` writes for the default thresholds, released as
+    kube-gpu-exporter into kube-gpu-exporter, is deploy/ object for object, but for the
+    Namespace (Helm's -n / --create-namespace) and Helm's own labels."""
+    values = rendered_values(tmp_path, "")
+    result = helm(
+        "template", "kube-gpu-exporter", str(CHART), "-n", "kube-gpu-exporter",
+        "-f", str(values), *OPERATOR_APIS,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    rendered = objects(result.stdout)
-    assert sorted(rendered) == sorted(deploy_objects())
-    assert rendered == deploy_objects()
-    kinds = {kind for kind, _, _ in rendered}
-    assert {"DaemonSet", "Deployment", "ClusterRole", "Service", "ServiceMonitor"} <= kinds
-    dashboards = [o for (kind, _, _), o in rendered.items() if kind == "ConfigMap"]
-    assert len(dashboards) == 3
-    assert all(d["metadata"]["labels"]["grafana_dashboard"] == "1" for d in dashboards)
+    chart = {k: without_helm_labels(o) for k, o in objects(result.stdout).items()}
+    deploy = {k: o for k, o in deploy_objects().items() if k[0] != "Namespace"}
+    assert sorted(chart) == sorted(deploy)
+    for key, obj in deploy.items():
+        assert chart[key] == obj, key
+
+
+def test_the_chart_ships_no_namespace():
+    """Helm users create it with -n / --create-namespace; a chart's own Namespace object
+    fails an install into an existing one, and an uninstall would delete it."""
+    objs = rendered_objects(*OPERATOR_APIS)
+    assert not of_kind(objs, "Namespace")
+    assert {ns for (_, ns, _) in objs} == {"", "monitoring"}
+
+
+def test_the_issue_command_renders_the_tag():
+    """`--set deployment.image.tag=0.2.0` exited 1 (a threshold changed alone); the old path
+    is kept as an alias of image.tag."""
+    for key in ("deployment.image.tag", "image.tag"):
+        objs = rendered_objects("--set", f"{key}=0.2.0")
+        images = [
+            c["image"]
+            for kind in ("DaemonSet", "Deployment")
+            for o in of_kind(objs, kind)
+            for c in o["spec"]["template"]["spec"]["containers"]
+        ]
+        assert images and all(i.endswith(":0.2.0") for i in images), images
+
+
+@pytest.mark.parametrize(
+    ("args", "kinds"),
+    [
+        ([], set()),
+        (list(OPERATOR_APIS), {"ServiceMonitor", "PrometheusRule"}),
+        (["--set", "serviceMonitor.enabled=true"], {"ServiceMonitor"}),
+        (["--set", "prometheusRule.enabled=true"], {"PrometheusRule"}),
+        ([*OPERATOR_APIS, "--set", "serviceMonitor.enabled=false"], {"PrometheusRule"}),
+        ([*OPERATOR_APIS, "--set", "prometheusRule.enabled=false"], {"ServiceMonitor"}),
+    ],
+    ids=["no-operator", "operator", "sm-on", "rule-on", "sm-off", "rule-off"],
+)
+def test_operator_objects_follow_the_api_server_or_the_switch(args: list[str], kinds: set[str]):
+    """auto (the default): rendered only where monitoring.coreos.com/v1 is served, so an
+    install without the operator's CRDs does not fail; true and false decide alone."""
+    objs = rendered_objects(*args)
+    found = {k for (k, _, _) in objs} & {"ServiceMonitor", "PrometheusRule"}
+    assert found == kinds
 
 
 @pytest.mark.parametrize(
@@ -103,6 +190,13 @@ def test_default_values_render_deploy_object_for_object():
         (["--set", "deployment.imagee.tag=1.0"], "imagee"),
         (["--set", "alerts.GPUAllocatedIdle.severity=page"], "/alerts/GPUAllocatedIdle/severity"),
         (["--set", "alerts.GPULost.labels.bad-name=x"], "bad-name"),
+        (["--set", "serviceMonitor.enabeld=true"], "enabeld"),
+        (["--set", "image.tga=1"], "tga"),
+        (["--set", "cluster.resource.limits.cpu=1"], "resource"),
+        (["--set", "serviceMonitor.enabled=yes"], "/serviceMonitor/enabled"),
+        (["--set", "hostPID=maybe"], "/hostPID"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set", "tolerationz[0].key=x"], "tolerationz"),
     ],
 )
 def test_bad_values_are_refused_by_the_schema(args: list[str], message: str):
@@ -121,25 +215,33 @@ def test_a_threshold_changed_in_values_alone_is_refused_naming_it():
 
 
 def test_rendered_values_change_the_alerts(tmp_path: Path):
-    default = rule(objects(template().stdout), "GPUTemperatureHigh")
+    default = rule(rendered_objects(*OPERATOR_APIS), "GPUTemperatureHigh")
     values = rendered_values(tmp_path, "alerts:\n  GPUTemperatureHigh: {threshold: 80, for: 7m}\n")
-    result = template("-f", str(values))
-    assert result.returncode == 0, result.stderr
-    changed = rule(objects(result.stdout), "GPUTemperatureHigh")
+    changed = rule(rendered_objects("-f", str(values), *OPERATOR_APIS), "GPUTemperatureHigh")
     assert "> 85" in default["expr"] and default["for"] == "5m"
     assert "> 80" in changed["expr"] and "> 85" not in changed["expr"]
     assert changed["for"] == "7m"
 
 
-def test_rendered_values_delete_a_default_label(tmp_path: Path):
-    """prometheus_rule.labels replaced: the default `release` label must go, which a values
-    file can only say with a null; the objects then carry the new labels alone."""
+def test_the_default_labels_name_no_stack_release():
+    """`release: kube-prometheus-stack` matched only a stack release of that exact name: the
+    chart's defaults carry no such label; users set theirs (NOTES.txt says so)."""
+    objs = rendered_objects(*OPERATOR_APIS, "--set", "alertmanagerConfig.enabled=true")
+    for kind in ("ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
+        for obj in of_kind(objs, kind):
+            assert "release" not in obj["metadata"]["labels"], (kind, obj["metadata"])
+
+
+def test_rendered_values_carry_the_thresholds_labels(tmp_path: Path):
+    """prometheus_rule.labels of a thresholds file become the chart's additionalLabels of the
+    ServiceMonitors, the PrometheusRule and the AlertmanagerConfig, and nothing else."""
     values = rendered_values(tmp_path, "prometheus_rule:\n  labels: {prometheus: gpu}\n")
-    result = template("-f", str(values))
-    assert result.returncode == 0, result.stderr
-    for (kind, _, _), obj in objects(result.stdout).items():
-        if kind in ("PrometheusRule", "ServiceMonitor"):
-            assert obj["metadata"]["labels"].get("prometheus") == "gpu"
+    objs = rendered_objects(
+        "-f", str(values), *OPERATOR_APIS, "--set", "alertmanagerConfig.enabled=true"
+    )
+    for kind in ("ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
+        for obj in of_kind(objs, kind):
+            assert obj["metadata"]["labels"].get("prometheus") == "gpu", kind
             assert "release" not in obj["metadata"]["labels"]
 
 
@@ -149,16 +251,16 @@ def test_network_policy_rendered_when_configured(tmp_path: Path):
         "deployment:\n  network_policy:\n"
         "    prometheus_namespace_labels: {kubernetes.io/metadata.name: monitoring}\n",
     )
-    result = template("-f", str(values))
-    assert result.returncode == 0, result.stderr
-    policies = [k for k in objects(result.stdout) if k[0] == "NetworkPolicy"]
+    policies = of_kind(rendered_objects("-f", str(values)), "NetworkPolicy")
     assert len(policies) == 2
+    assert policies[0]["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
 
 
 def test_alertmanager_config_holds_the_inhibit_rules():
-    result = template("--set", "alertmanagerConfig.enabled=true")
-    assert result.returncode == 0, result.stderr
-    (config,) = (o for k, o in objects(result.stdout).items() if k[0] == "AlertmanagerConfig")
+    objs = rendered_objects("--set", "alertmanagerConfig.enabled=true")
+    (config,) = of_kind(objs, "AlertmanagerConfig")
     inhibit = yaml.safe_load((DEPLOY / "alertmanager-inhibit-rules.yaml").read_text())
 
     def written(matchers: list[dict[str, str]]) -> list[str]:
@@ -171,7 +273,6 @@ def test_alertmanager_config_holds_the_inhibit_rules():
     ] == [
         (r["source_matchers"], r["target_matchers"], r["equal"]) for r in inhibit["inhibit_rules"]
     ]
-    assert config["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 def test_values_rendered_by_another_version_are_refused(tmp_path: Path):
@@ -179,60 +280,9 @@ def test_values_rendered_by_another_version_are_refused(tmp_path: Path):
     data = yaml.safe_load(values.read_text())
     data["rendered"]["version"] = "0.0.1"
     values.write_text(yaml.safe_dump(data))
-    result = template("-f", str(values))
+    result = template("-f", str(values), *OPERATOR_APIS)
     assert result.returncode != 0
     assert "computed by kube-gpu-exporter 0.0.1" in result.stderr, result.stderr
-
-
-def api_path(api_version: str, kind: str, namespace: str, name: str) -> str:
-    """Where the API server keeps an object (the plurals of the kinds the chart makes)."""
-    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    where = f"/namespaces/{namespace}" if namespace else ""
-    lower = kind.lower()
-    plural = lower[:-1] + "ies" if lower.endswith("y") else lower + "s"
-    return f"{base}{where}/{plural}/{name}"
-
-
-def prometheus_rule_expr(plane: ControlPlane, alert: str) -> str:
-    path = "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheusrules/kube-gpu-exporter"
-    groups = plane.ok("GET", path)["spec"]["groups"]
-    found: str = next(r for g in groups for r in g["rules"] if r.get("alert") == alert)["expr"]
-    return found
-
-
-@pytest.mark.k8s
-def test_helm_install_and_upgrade_into_a_real_api_server(tmp_path: Path):
-    """helm install with the defaults creates deploy/'s objects as the API server keeps them
-    (the real CRDs prune nothing: what the server holds is what was rendered); an upgrade with
-    rendered values changes the PrometheusRule; one with a threshold set alone is refused and
-    leaves it."""
-    with run_control_plane(tmp_path / "plane") as plane:
-        install_crds(plane)
-        plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "monitoring"}})
-        kube = ["--kubeconfig", str(plane.kubeconfig), "--namespace", "monitoring"]
-        enabled = ["--set", "alertmanagerConfig.enabled=true"]
-        result = helm("install", "kge", str(CHART), *kube, *enabled)
-        assert result.returncode == 0, result.stdout + result.stderr
-        for (kind, namespace, name), obj in objects(template(*enabled).stdout).items():
-            stored = plane.ok("GET", api_path(obj["apiVersion"], kind, namespace, name))
-            if kind in ("ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
-                assert stored["spec"] == obj["spec"], f"the CRD's schema pruned {kind} {name}"
-            if kind == "ConfigMap":
-                assert stored["data"] == obj["data"]
-        assert "> 85" in prometheus_rule_expr(plane, "GPUTemperatureHigh")
-
-        values = rendered_values(tmp_path, "alerts:\n  GPUTemperatureHigh: {threshold: 80}\n")
-        result = helm("upgrade", "kge", str(CHART), *kube, *enabled, "-f", str(values))
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "> 80" in prometheus_rule_expr(plane, "GPUTemperatureHigh")
-
-        result = helm(
-            "upgrade", "kge", str(CHART), *kube, "-f", str(values),
-            "--set", "alerts.GPUTemperatureHigh.threshold=70",
-        )  # fmt: skip
-        assert result.returncode != 0
-        assert "alerts.GPUTemperatureHigh differ" in result.stderr
-        assert "> 80" in prometheus_rule_expr(plane, "GPUTemperatureHigh")
 
 
 def test_helm_values_into_a_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
