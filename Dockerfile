@@ -71,18 +71,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # The wheels are bind-mounted from the builder, not copied: a COPY would stay in the image as a
 # layer of its own even after the files were deleted. pip compiles .pyc as it installs: the tree
-# is read-only at run time, and without them every start would compile the modules again
-# (measured: 3.4 s of CPU and 176 MiB peak memory instead of 1.1 s and 94 MiB, mostly
-# kubernetes' 4.5 MB core_v1_api.py). The trim (bench/image_footprint.py, the same code the
-# footprint measurement runs) drops `tests` folders and stores kubernetes as a zip of its
-# sources and .pyc, without kubernetes.aio, which nothing imports (70 MB on disk otherwise).
-# The last two commands prove the entry point and the zipped kubernetes import.
+# is read-only at run time, and without them every start would compile the modules again. What
+# pip installs is the image: nothing is trimmed afterwards (the `kubernetes` package, which
+# once needed that, is the optional auth-provider extra and not installed here; figures in
+# bench/README.md). The last command proves the entry point.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    --mount=type=bind,source=bench/image_footprint.py,target=/tmp/image_footprint.py \
     pip install --no-cache-dir --no-index --find-links=/wheels kube-gpu-exporter \
-    && python /tmp/image_footprint.py trim \
-    && kube-gpu-exporter --version \
-    && python -c "import kubernetes; kubernetes.client.CoreV1Api; kubernetes.config.load_incluster_config"
+    && kube-gpu-exporter --version
 
 # Root (uid 0), with every capability dropped by the DaemonSet: the kubelet's pod-resources
 # socket (/var/lib/kubelet/pod-resources/kubelet.sock) is owned by root and not writable by

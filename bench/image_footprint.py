@@ -1,10 +1,9 @@
 """The container image's size, measured without a Docker engine.
 
 The Dockerfile's final stage is `python:3.12-slim` plus what pip installs there: the project's
-wheel and the wheels of its runtime dependencies, built by the builder stage, then trimmed by
-`trim_site()` below. The Dockerfile runs this very file for the trim (`… image_footprint.py
-trim`, bind-mounted at build time), so what is measured here and what the image holds cannot
-drift apart. This script repeats that install outside Docker and adds the base image's size:
+wheel and the wheels of its runtime dependencies, built by the builder stage, nothing removed
+afterwards (no bench code runs in the image's build). This script repeats that install
+outside Docker and adds the base image's size:
 
 1. builds the wheel (`pip wheel <copy of the checkout> --no-deps`, in a temporary copy so that
    setuptools' `build/` stays out of the working tree);
@@ -13,21 +12,19 @@ drift apart. This script repeats that install outside Docker and adds the base i
    --python-version 3.12 --platform manylinux_…`), from the configured index;
 3. installs them as the final stage does (`pip install --no-cache-dir --no-index
    --find-links`, here with `--target`; pip compiles .pyc with this interpreter, so their
-   sizes are this Python's, within a few percent of 3.12's);
-4. trims the tree with `trim_site()` and measures it, untrimmed and trimmed: apparent size
-   (what a layer holds, as Docker counts it) and `du` (disk blocks), per distribution;
-5. adds the base image's uncompressed size (a published figure, see BASE_SIZE_SOURCE) and
+   sizes are this Python's, within a few percent of 3.12's) and measures the tree: apparent
+   size (what a layer holds, as Docker counts it) and `du` (disk blocks), per distribution;
+4. adds the base image's uncompressed size (a published figure, see BASE_SIZE_SOURCE) and
    compares the total with the 200 MB target (MB = 10^6 bytes, as `docker images` prints);
-6. smoke-runs the trimmed install with this interpreter (its own wheels for this Python,
-   trimmed the same way): the CPU time and peak memory of importing what
-   `serve --kubernetes.enabled` loads, `serve --simulate` answering /metrics, kubernetes
-   imported from its zip, `generate`, and that no file under the install was written or
+5. smoke-runs the install with this interpreter (its own wheels for this Python): the CPU
+   time and peak memory of importing what `serve --kubernetes.enabled` loads, `serve
+   --simulate` answering /metrics, `generate`, that the `kubernetes` package (the optional
+   `auth-provider` extra) is not there, and that no file under the install was written or
    changed meanwhile (the DaemonSet mounts the root filesystem read-only).
 
 Usage (from the repository root; stdlib only, so any Python 3.11+ runs it):
 
     .venv/bin/python bench/image_footprint.py [--json FILE] [--no-smoke]
-    python bench/image_footprint.py trim [SITE_PACKAGES]     # what the Dockerfile runs
 
 Figures are reported, never asserted: the exit status is non-zero only when a step the
 measurement needs fails (no index to download from, pip errors).
@@ -39,17 +36,14 @@ import argparse
 import json
 import os
 import platform
-import py_compile
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import urllib.request
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,98 +72,6 @@ MB, MIB = 1_000_000, 1 << 20
 PIP_INSTALL_FLAGS = ("--no-cache-dir", "--no-index")
 # Highest glibc of the base image's Debian (trixie: 2.41); wheels needing more cannot load.
 GLIBC_MINOR_MAX = 41
-
-# Packages stored zipped: imported through zipimport from `<name>.zip` in site-packages (a .pth
-# file puts the zip on sys.path), minus the subpackages listed, which nothing imports.
-# kubernetes 37 is ~31 MiB of generated source (~900 models, ~60 API classes, loaded lazily
-# by `kubernetes.client`) plus ~26 MiB of .pyc; zipped, both take ~10 MiB and import as fast.
-# `kubernetes.aio` is an asyncio twin of the whole client (another ~63 MiB with its .pyc) that
-# `import kubernetes` never loads: the exporter uses the synchronous client in a thread.
-ZIPPED: dict[str, tuple[str, ...]] = {"kubernetes": ("aio",)}
-ZIP_PTH = "kube_gpu_exporter_zipped.pth"
-
-
-# --- the trim, run by the Dockerfile ------------------------------------------------------------
-
-
-def _is_test_file(name: str) -> bool:
-    return name.endswith("_test.py") or (name.startswith("test_") and name.endswith(".py"))
-
-
-def _compiled(source: Path, shown_as: str, scratch: Path) -> bytes | None:
-    """`source` compiled by this interpreter into an unchecked hash-based .pyc, or None.
-
-    zipimport reads `module.pyc` beside `module.py` in the zip (not __pycache__/). A timestamp
-    pyc would have to match the zip entry's DOS time; an unchecked hash-based one (PEP 552) is
-    loaded as it is, which is right for a zip that never changes. `shown_as` becomes the code's
-    file name, so tracebacks point into the zip, where linecache finds the source.
-    """
-    target = scratch / "module.pyc"
-    try:
-        py_compile.compile(
-            str(source),
-            cfile=str(target),
-            dfile=shown_as,
-            doraise=True,
-            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-        )
-    except py_compile.PyCompileError:
-        return None
-    return target.read_bytes()
-
-
-def _zip_package(site: Path, package: str, excluded: tuple[str, ...]) -> Path:
-    root, archive = site / package, site / f"{package}.zip"
-    skip = tuple(root / sub for sub in excluded)
-    with (
-        tempfile.TemporaryDirectory() as scratch,
-        zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
-    ):
-        for path in sorted(root.rglob("*")):
-            if path.is_dir() or "__pycache__" in path.parts or _is_test_file(path.name):
-                continue
-            if any(path.is_relative_to(s) for s in skip):
-                continue
-            name = path.relative_to(site).as_posix()
-            zf.write(path, name)
-            if path.suffix == ".py":
-                code = _compiled(path, str(archive / name), Path(scratch))
-                if code is not None:
-                    zf.writestr(name + "c", code)
-    return archive
-
-
-def trim_site(site: Path) -> list[str]:
-    """Trim an installed site-packages in place; returns what was done, one line per step.
-
-    Removes `tests` folders, and stores the packages in ZIPPED as a zip of their sources and
-    .pyc (compiled by the interpreter running this, which must be the image's), without their
-    unused subpackages and test modules. Everything else keeps pip's __pycache__: the root
-    filesystem is read-only at run time, so modules without a .pyc would be compiled again at
-    every start (kubernetes' 4.5 MB core_v1_api.py alone costs seconds and ~80 MB of peak
-    memory).
-    """
-    done: list[str] = []
-    for path in sorted(site.rglob("tests"), reverse=True):  # deepest first
-        if path.is_dir() and path.exists():
-            shutil.rmtree(path)
-            done.append(f"removed {path.relative_to(site)}/")
-    zipped = []
-    for package, excluded in ZIPPED.items():
-        if not (site / package).is_dir():
-            continue
-        archive = _zip_package(site, package, excluded)
-        shutil.rmtree(site / package)
-        zipped.append(archive.name)
-        left_out = ", ".join(f"{package}.{sub}" for sub in excluded) or "nothing"
-        done.append(
-            f"zipped {package}/ with its .pyc into {archive.name} (left out {left_out} and tests)"
-        )
-    if zipped:
-        (site / ZIP_PTH).write_text("".join(f"{name}\n" for name in zipped), encoding="utf-8")
-        done.append(f"wrote {ZIP_PTH}")
-    return done
-
 
 # --- measuring ----------------------------------------------------------------------------------
 
@@ -206,11 +108,9 @@ def measure(site: Path) -> Footprint:
             continue
         stat = path.lstat()
         top = path.relative_to(site).parts[0]
-        owner = owners.get(top) or owners.get(top.removesuffix(".zip"))
+        owner = owners.get(top)
         if top == "bin":
             owner = "(console scripts)"
-        elif top == ZIP_PTH:
-            owner = "(zip .pth)"
         result.apparent += stat.st_size
         result.du += stat.st_blocks * 512
         result.files += 1
@@ -296,20 +196,17 @@ def install(wheels: Path, site: Path, target: list[str], flags: tuple[str, ...])
     )
 
 
-# --- smoke run of the trimmed install -------------------------------------------------------------
+# --- smoke run of the install -------------------------------------------------------------
 
 # Runs the CLI from `site` only: -I -S keep this interpreter's own site-packages (the .venv,
-# with an editable install of the checkout) off sys.path; addsitedir reads the zip .pth.
+# with an editable install of the checkout) off sys.path.
 _RUN = (
     "import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:]; "
     "from kube_gpu_exporter.exporter.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 _KUBERNETES = (
-    "import site, sys; site.addsitedir(sys.argv[1]); import kubernetes; "
-    "kubernetes.client.CoreV1Api, kubernetes.client.ApiClient, kubernetes.config; "
-    "from kube_gpu_exporter.exporter.kubernetes.client import KubernetesConfigError, api_client\n"
-    "try:\n    api_client(None)\nexcept KubernetesConfigError as exc:\n    print(exc)\n"
-    "print(kubernetes.__file__)"
+    "import importlib.util, site, sys; site.addsitedir(sys.argv[1]); "
+    "print(importlib.util.find_spec('kubernetes') is not None)"
 )
 
 
@@ -317,8 +214,6 @@ _IMPORT_COST = (
     "import site, sys, time, resource; site.addsitedir(sys.argv[1]); "
     "import kube_gpu_exporter.exporter.cli, kube_gpu_exporter.exporter.nvml.sampler, "
     "kube_gpu_exporter.exporter.kubelet.client, kube_gpu_exporter.exporter.kubernetes.pods; "
-    "import kubernetes; kubernetes.client.CoreV1Api, kubernetes.client.ApiClient; "
-    "kubernetes.config.load_incluster_config; "
     "print(time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
 )
 
@@ -385,15 +280,13 @@ def smoke_serve(site: Path) -> str:
 
 
 def smoke_kubernetes(site: Path) -> str:
+    """The `kubernetes` package is the auth-provider extra's: not in the image."""
     proc = subprocess.run(
         _python("-c", _KUBERNETES, str(site)), capture_output=True, text=True, check=False
     )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
+    if proc.returncode != 0:
         return f"FAILED: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
-    where = "from its zip" if ".zip" in lines[-1] else f"from {lines[-1]}"
-    said = f" (api_client: {lines[0]})" if len(lines) > 1 else ""
-    return f"ok: imported {where}{said}"
+    return "FAILED: installed" if proc.stdout.strip() == "True" else "ok: not installed"
 
 
 def smoke_generate(site: Path, work: Path) -> str:
@@ -408,13 +301,12 @@ def smoke_generate(site: Path, work: Path) -> str:
 
 
 def smoke(wheel: Path, work: Path) -> dict[str, str]:
-    """The trimmed install run by this interpreter (its own wheels for this Python version)."""
+    """The install run by this interpreter (its own wheels for this Python version)."""
     wheels, site = work / "host-wheels", work / "host-site"
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     target = target_platform_args(here)
     collect_wheels(wheel, wheels, target)
     install(wheels, site, target, PIP_INSTALL_FLAGS)
-    trim_site(site)
     before = snapshot(site)
     results = {
         "python": f"CPython {platform.python_version()}",
@@ -440,9 +332,7 @@ def _mib(n: float) -> str:
 class Result:
     wheels: list[str]
     wheels_bytes: int
-    pip_defaults: Footprint
     image: Footprint
-    trim: list[str]
     smoke: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -463,10 +353,8 @@ class Result:
             "arch": platform.machine(),
             "wheels": self.wheels,
             "wheels_bytes": self.wheels_bytes,
-            "pip_defaults": sizes(self.pip_defaults),
             "image": sizes(self.image),
             "image_by_distribution": dict(self.image.by_distribution.most_common()),
-            "trim": self.trim,
             "added_mb": round(self.image.apparent / MB, 1),
             "total_mb": round(self.total_mb, 1),
             "target_mb": TARGET_MB,
@@ -474,7 +362,7 @@ class Result:
         }
 
     def render(self) -> str:
-        plain, image, total = self.pip_defaults, self.image, self.total_mb
+        image, total = self.image, self.total_mb
         verdict = "under" if total < TARGET_MB else "OVER"
         lines = [
             f"Image footprint: {BASE_IMAGE} + the installed wheels "
@@ -483,13 +371,8 @@ class Result:
             f"{_mib(self.wheels_bytes)} (bind-mounted into the install step, not a layer)",
             "",
             "  what the final stage adds          apparent          du   files",
-            f"  pip install, without the trim    {_mib(plain.apparent):>10}  "
-            f"{_mib(plain.du):>10}  {plain.files:>6}",
-            f"  the image (Dockerfile)           {_mib(image.apparent):>10}  "
+            f"  pip install (Dockerfile)         {_mib(image.apparent):>10}  "
             f"{_mib(image.du):>10}  {image.files:>6}",
-            "",
-            "  the image's trim:",
-            *(f"    {step}" for step in self.trim),
             "",
             "  top 10 distributions in the image (apparent size):",
             *(
@@ -507,7 +390,7 @@ class Result:
             "(MB = 10^6 bytes, as docker images prints)",
         ]
         if self.smoke:
-            lines += ["", "  smoke run of the trimmed install with this interpreter:"]
+            lines += ["", "  smoke run of the install with this interpreter:"]
             lines += [f"    {key}: {value}" for key, value in self.smoke.items()]
         return "\n".join(lines)
 
@@ -516,16 +399,12 @@ def run(work: Path, with_smoke: bool) -> Result:
     wheel = build_wheel(work)
     target = target_platform_args(TARGET_PYTHON)
     wheels = collect_wheels(wheel, work / "wheels", target)
-    plain_site, image_site = work / "site-pip-defaults", work / "site-image"
-    install(work / "wheels", plain_site, target, PIP_INSTALL_FLAGS)
+    image_site = work / "site-image"
     install(work / "wheels", image_site, target, PIP_INSTALL_FLAGS)
-    trimmed = trim_site(image_site)
     result = Result(
         wheels=[w.name for w in wheels],
         wheels_bytes=sum(w.stat().st_size for w in wheels),
-        pip_defaults=measure(plain_site),
         image=measure(image_site),
-        trim=trimmed,
     )
     if with_smoke:
         result.smoke = smoke(wheel, work)
@@ -534,16 +413,9 @@ def run(work: Path, with_smoke: bool) -> Result:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command")
-    trim = commands.add_parser("trim", help="trim an installed site-packages (the Dockerfile)")
-    trim.add_argument("site", nargs="?", default=sysconfig.get_path("purelib"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--no-smoke", action="store_true", help="skip the smoke run")
     args = parser.parse_args(argv)
-    if args.command == "trim":
-        for step in trim_site(Path(args.site)):
-            print(step)
-        return 0
     with tempfile.TemporaryDirectory(prefix="image-footprint-") as tmp:
         try:
             result = run(Path(tmp), with_smoke=not args.no_smoke)

@@ -3,10 +3,11 @@ create), configured once from a kubeconfig or the in-cluster environment.
 
 We read four kinds of objects with GET (list, watch, one pod) and parse the JSON ourselves
 into slim values, so the `kubernetes` package's generated client (hundreds of model classes,
-costly to import: bench/README.md) would only add cost: it is loaded for exec and auth-provider
-kubeconfig users alone (plugin_auth.py). urllib3 is the HTTP library that package used
-underneath, so connections, timeouts and the raw responses that ListWatch reads stay as they
-were.
+costly to import: bench/README.md) would only add cost: it is loaded for auth-provider
+kubeconfig users alone (plugin_auth.py, an optional extra). urllib3 is the HTTP library that
+package used underneath, so connections, timeouts and the raw responses that ListWatch reads
+stay as they were. A 401 is told to the connection (`rejected`): an exec plugin's token is
+fetched again for the next request, as client-go does.
 
 A request is made by a `lister(path, **fixed)`: a callable that takes the keyword arguments
 of the generated client's list calls (`watch`, `resource_version`, `allow_watch_bookmarks`,
@@ -133,11 +134,7 @@ class ApiClient:
         query = _query(params or {})
         if query:
             url += "?" + query
-        headers = self._headers
-        if self._authorization is not None:
-            value = self._authorization()
-            if value:
-                headers = {**headers, "Authorization": value}
+        headers = self._with_authorization(self._headers)
         response = self._http.request(
             "GET",
             url,
@@ -147,7 +144,7 @@ class ApiClient:
             redirect=False,
         )
         if not 200 <= response.status <= 299:
-            _raise(response)
+            self._refused(response, headers)
         return response
 
     def post(
@@ -160,11 +157,7 @@ class ApiClient:
         query = _query(params or {})
         if query:
             url += "?" + query
-        headers = {**self._headers, "Content-Type": "application/json"}
-        if self._authorization is not None:
-            value = self._authorization()
-            if value:
-                headers["Authorization"] = value
+        headers = self._with_authorization({**self._headers, "Content-Type": "application/json"})
         response = self._http.request(
             "POST",
             url,
@@ -175,7 +168,7 @@ class ApiClient:
             redirect=False,
         )
         if not 200 <= response.status <= 299:
-            _raise(response)
+            self._refused(response, headers)
         try:
             return json.loads(response.data)
         finally:
@@ -183,6 +176,19 @@ class ApiClient:
 
     def close(self) -> None:
         self._http.clear()
+
+    def _with_authorization(self, headers: dict[str, str]) -> dict[str, str]:
+        if self._authorization is not None:
+            value = self._authorization()
+            if value:
+                return {**headers, "Authorization": value}
+        return headers
+
+    def _refused(self, response: Any, headers: dict[str, str]) -> None:
+        """Raise ApiError for a non-2xx answer, first telling the connection of a 401."""
+        if response.status == 401 and self.connection.rejected is not None:
+            self.connection.rejected(headers.get("Authorization"))
+        _raise(response)
 
 
 def api_client(kubeconfig: str | Kubeconfig | None) -> ApiClient:

@@ -5,9 +5,11 @@ The context names a cluster (`server`, `certificate-authority[-data]`,
 user authenticates with a client certificate and key (files or `-data`), a bearer token
 (`token`, or `tokenFile`, which wins as in client-go and is re-read every minute), or a
 `username` and `password`. `-data` fields are base64 and win over their file. An `exec`
-plugin or an `auth-provider` (EKS, GKE, AKS and OIDC logins on a workstation: `explain`'s
-usual case) is handed to the `kubernetes` package's loader (plugin_auth.py), imported only
-then, as the one context kubectl would use.
+plugin (EKS, GKE, AKS and OIDC logins on a workstation: `explain`'s usual case) is run as
+kubectl runs it (exec_plugin.py, exec_auth.py); the user's own token or certificate, if it
+has one, wins over the plugin's, as in client-go. An `auth-provider` (deprecated) is handed
+to the `kubernetes` package's loader (plugin_auth.py, the optional `auth-provider` extra),
+imported only then, as the one context kubectl would use.
 
 Several files ($KUBECONFIG's) are merged as client-go merges them: the first file to name a
 cluster, user or context wins, the first non-empty current-context is the current one, and
@@ -34,6 +36,8 @@ from kube_gpu_exporter.exporter.kubernetes.connection import (
     KubernetesConfigError,
     server_url,
 )
+from kube_gpu_exporter.exporter.kubernetes.exec_auth import ExecAuthorization
+from kube_gpu_exporter.exporter.kubernetes.exec_plugin import cluster_info, exec_plugin
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig, kubeconfig_of
 from kube_gpu_exporter.exporter.kubernetes.tls_client import client_context
 from kube_gpu_exporter.exporter.kubernetes.tokens import TokenFile, basic, bearer
@@ -73,7 +77,12 @@ def load_kubeconfig(kubeconfig: str | Kubeconfig) -> Connection:
     KubernetesConfigError on any problem."""
     choice = kubeconfig_of(kubeconfig)
     current = current_context(choice)
-    if any(field in current.user for field in PLUGIN_FIELDS):
+    if all(field in current.user for field in PLUGIN_FIELDS):
+        raise KubernetesConfigError(
+            f"kubeconfig {current.user_file}: user {current.user_name!r}: exec and "
+            "auth-provider cannot be used together"
+        )
+    if "auth-provider" in current.user:
         from kube_gpu_exporter.exporter.kubernetes.plugin_auth import load_with_kubernetes
 
         proxy_url = _fields(current.cluster_file).string(current.cluster, "proxy-url")
@@ -85,27 +94,63 @@ def load_kubeconfig(kubeconfig: str | Kubeconfig) -> Connection:
     server = server_url(
         of_cluster.string(cluster, "server", required=True) or "", of_cluster.source
     )
+    ca_file = of_cluster.path(cluster, "certificate-authority")
+    ca_data = of_cluster.data(cluster, "certificate-authority-data")
+    cert_file = of_user.path(user, "client-certificate", "client-certificate-data")
+    key_file = of_user.path(user, "client-key", "client-key-data")
+    cert_data = of_user.data(user, "client-certificate-data")
+    key_data = of_user.data(user, "client-key-data")
+    authorization = _authorization(of_user, user)
+    plugin = None
+    if "exec" in user:
+        plugin = _exec_authorization(current, server, ca_file, ca_data)
+        authorization = authorization or plugin
+        got = plugin.credential
+        if cert_file is None and cert_data is None and got.cert is not None:
+            cert_data, key_data, key_file = got.cert, got.key, None
     context = None
     if server.startswith("https:"):
         context = client_context(
             choice.source,
-            ca_file=of_cluster.path(cluster, "certificate-authority"),
-            ca_data=_pem_text(of_cluster.data(cluster, "certificate-authority-data")),
+            ca_file=ca_file,
+            ca_data=_pem_text(ca_data),
             insecure=of_cluster.flag(cluster, "insecure-skip-tls-verify"),
-            cert_file=of_user.path(user, "client-certificate", "client-certificate-data"),
-            key_file=of_user.path(user, "client-key", "client-key-data"),
-            cert_data=of_user.data(user, "client-certificate-data"),
-            key_data=of_user.data(user, "client-key-data"),
+            cert_file=cert_file,
+            key_file=key_file,
+            cert_data=cert_data,
+            key_data=key_data,
         )
     return Connection(
         server=server,
         source=choice.source,
         ssl_context=context,
         server_hostname=of_cluster.string(cluster, "tls-server-name"),
-        authorization=_authorization(of_user, user),
+        authorization=authorization,
         proxy_url=of_cluster.string(cluster, "proxy-url"),
         namespace=current.namespace,
+        rejected=plugin.rejected if plugin is not None and authorization is plugin else None,
     )
+
+
+def _exec_authorization(
+    current: Current, server: str, ca_file: str | None, ca_data: bytes | None
+) -> ExecAuthorization:
+    """The user's exec plugin, run once now: its first failure is a configuration error."""
+    source = f"kubeconfig {current.user_file}: user {current.user_name!r}"
+    entry = current.user["exec"]
+    command = entry.get("command") if isinstance(entry, Mapping) else None
+    if not isinstance(command, str):
+        command = ""
+    elif os.sep in command and not os.path.isabs(command):
+        command = _from(current.user_file, command)  # client-go: from its file's folder
+    if ca_data is None and ca_file is not None:
+        try:
+            with open(ca_file, "rb") as file:
+                ca_data = file.read(MAX_BYTES)
+        except OSError:
+            pass  # the TLS context names the file's problem
+    info = cluster_info(current.cluster, server, ca_data)
+    return ExecAuthorization(exec_plugin(entry, source, command, info))
 
 
 def current_context(kubeconfig: str | Kubeconfig) -> Current:
@@ -133,7 +178,8 @@ def current_context(kubeconfig: str | Kubeconfig) -> Current:
 
 
 def plugin_config(current: Current) -> dict[str, Any]:
-    """The chosen context alone as one kubeconfig for the `kubernetes` package's loader, with
+    """The chosen context alone as one kubeconfig for the `kubernetes` package's loader
+    (auth-provider users), with
     each relative path made absolute from its own file's folder: that loader reads one file
     or one dict, and takes the cluster's folder for every path."""
     cluster = _absolute(current.cluster, CLUSTER_PATHS, current.cluster_file)

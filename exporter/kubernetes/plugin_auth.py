@@ -1,19 +1,18 @@
-"""Kubeconfig users who log in through an `exec` plugin or an `auth-provider`: their
-credentials come from the `kubernetes` package's loader, imported only for them.
+"""Kubeconfig users who log in through an `auth-provider` (gcp, azure, oidc): their
+credentials come from the `kubernetes` package's loader, imported only for them, and
+installed only with the `auth-provider` extra (`pip install 'kube-gpu-exporter[auth-provider]'`).
 
-Why not refuse them, or run the plugins ourselves: they are how a workstation reaches a
-managed cluster (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`, OIDC), so
-`explain` and a `cluster` run from a laptop meet them first; the exec protocol
-(ExecCredential versions, interactive modes, expiry, cluster info) and the OIDC refresh are
-what that loader already implements and keeps current. The DaemonSet and the cluster
-Deployment use their service account (in_cluster.py) and never load it: the package's import
-costs time and memory (bench/README.md), paid here only by the users who need it.
+Why not refuse them: kubectl deprecated auth-providers for exec plugins (exec_plugin.py,
+which we run ourselves), but old kubeconfigs still hold OIDC ones, and their refresh is
+what that loader implements. The package is large and slow to import (bench/README.md), so
+it is no default dependency and stays out of the image; without it such a user is one error
+line that names the extra.
 
 The loader is given the one context kubeconfig.py chose, as a dict (`plugin_config`), its
 paths already absolute: from the files it would resolve a user's paths against its cluster's
 folder. Only the credentials are taken from the loader; requests still go through our
-client. The loader's refresh hook runs the plugin again when its credential expires; it is
-called with a lock held, since the watches ask from their own threads.
+client. The loader's refresh hook runs when its credential expires; it is called with a lock
+held, since the watches ask from their own threads.
 """
 
 from __future__ import annotations
@@ -53,8 +52,8 @@ def load_with_kubernetes(
         import kubernetes
     except ImportError:
         raise KubernetesConfigError(
-            f"{source}: user {user!r} logs in through an exec plugin or auth-provider, which "
-            "needs the kubernetes Python package (pip install kubernetes)"
+            f"{source}: user {user!r} logs in through an auth-provider, which needs the "
+            "kubernetes package: pip install 'kube-gpu-exporter[auth-provider]'"
         ) from None
     configuration = kubernetes.client.Configuration()
     try:
@@ -70,7 +69,7 @@ def load_with_kubernetes(
     cert_file = configuration.cert_file or None
     if token() is None and cert_file is None:
         raise KubernetesConfigError(
-            f"{source}: user {user!r}'s exec plugin or auth-provider gave no credentials "
+            f"{source}: user {user!r}'s auth-provider gave no credentials "
             "(its error is logged above)"
         )
     server = server_url(str(configuration.host or ""), source)

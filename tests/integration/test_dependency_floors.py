@@ -1,8 +1,9 @@
 """pyproject.toml's lower bounds are releases the tests pass with, not hopes.
 
 A bound is a promise to whoever installs the exporter beside other packages: pip may pick the
-bound itself. tests/floors.txt names, for each runtime dependency, the oldest release the tests
-were run against; pyproject's bound must be exactly that release. The tests that exercise each
+bound itself. tests/floors.txt names, for each runtime dependency (a runtime extra's too:
+RUNTIME_EXTRAS), the oldest release the tests were run against; pyproject's bound must be
+exactly that release. The tests that exercise each
 dependency then run again, in a subprocess whose imports find those releases first: installed
 (by pip, with what they require) once into a cache folder outside the checkout, keyed by the
 floors file, so only the first run needs the package index.
@@ -47,7 +48,11 @@ TESTS: dict[str, tuple[str, ...]] = {
     "grpcio": ("tests/integration/test_podresources.py",),
     "protobuf": ("tests/integration/test_podresources.py",),
     "urllib3": ("tests/integration/test_kube_client.py",),
-    "kubernetes": ("tests/integration/test_kube_client.py",),  # its exec-plugin tests
+    # The `auth-provider` extra's one use (exporter/kubernetes/plugin_auth.py).
+    "kubernetes": (
+        "tests/integration/test_kube_client.py::"
+        "test_an_auth_provider_token_through_the_kubernetes_loader",
+    ),
     # The server's request heads: the parser's own tests and the differential fuzz.
     "httptools": ("tests/unit/test_request_head.py", "tests/integration/test_http_fuzz.py"),
     "msgspec": (
@@ -70,9 +75,16 @@ def floors() -> dict[str, Version]:
     return pinned
 
 
+# Extras a user installs to run the exporter (not to develop it): their bounds are promises too.
+RUNTIME_EXTRAS = ("auth-provider",)
+
+
 def runtime_requirements() -> dict[str, Requirement]:
+    """The [project] dependencies and the runtime extras' (not the ones on the project itself)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {canonicalize_name(r.name): r for r in (Requirement(d) for d in project["dependencies"])}
+    extras = project["optional-dependencies"]
+    lines = [*project["dependencies"], *(d for e in RUNTIME_EXTRAS for d in extras[e])]
+    return {canonicalize_name(r.name): r for r in map(Requirement, lines)}
 
 
 def lower_bound(requirement: Requirement) -> Version | None:

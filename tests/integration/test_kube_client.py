@@ -1,6 +1,7 @@
 """The slim API client against TLS servers: CA and client certificates as data and as files,
 tls-server-name, insecure-skip-tls-verify, the service account's rotating token, an exec
-plugin through the `kubernetes` package's loader, and `serve` never importing that package.
+plugin's token and client certificate (its protocol: test_exec_plugin.py), an auth-provider
+through the `kubernetes` package's loader, and `serve` never importing that package.
 
 Certificates are made with the openssl CLI (as make test installs it): a CA, a client
 certificate it signs, and two serving certificates, one for 127.0.0.1 and one only for the
@@ -273,18 +274,34 @@ def test_a_client_key_that_does_not_match_its_certificate(pki: Pki, tmp_path: Pa
         api_client(path)
 
 
-# --- exec plugins: the kubernetes package's loader ---------------------------------------------
+# --- exec plugins (their protocol: test_exec_plugin.py) and auth-providers ---------------------
 
 
-def test_an_exec_plugin_token_through_the_kubernetes_loader(pki: Pki, tmp_path: Path) -> None:
+def _plugin(tmp_path: Path, *answers: dict[str, Any]) -> str:
+    """A plugin printing `answers` one per run (the last again when they run out)."""
     plugin = tmp_path / "plugin.py"
+    (tmp_path / "answers.json").write_text(json.dumps(answers))
     plugin.write_text(
-        "import json\n"
+        "import json, pathlib\n"
+        "folder = pathlib.Path(__file__).parent\n"
+        "runs = folder / 'runs'\n"
+        "n = int(runs.read_text()) if runs.exists() else 0\n"
+        "runs.write_text(str(n + 1))\n"
+        "answers = json.loads((folder / 'answers.json').read_text())\n"
+        "status = answers[min(n, len(answers) - 1)]\n"
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', "
-        "'kind': 'ExecCredential', 'status': {'token': 'from-plugin'}}))\n"
+        "'kind': 'ExecCredential', 'status': status}))\n"
     )
-    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
-                     "args": [str(plugin)], "interactiveMode": "Never"}}  # fmt: skip
+    return str(plugin)
+
+
+def _exec_user(plugin: str) -> dict[str, Any]:
+    return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
+                     "args": [plugin], "interactiveMode": "Never"}}  # fmt: skip
+
+
+def test_an_exec_plugin_token(pki: Pki, tmp_path: Path) -> None:
+    user = _exec_user(_plugin(tmp_path, {"token": "from-plugin"}))
     seen = Seen()
     with tls_server(pki, "by-ip", seen) as url:
         cluster = {"server": url, "certificate-authority-data": pki.b64("ca.crt")}
@@ -292,13 +309,70 @@ def test_an_exec_plugin_token_through_the_kubernetes_loader(pki: Pki, tmp_path: 
     assert [auth for _, auth, _ in seen.requests] == ["Bearer from-plugin"]
 
 
+def test_an_exec_plugin_client_certificate(pki: Pki, tmp_path: Path) -> None:
+    answer = {"clientCertificateData": pki.path("alice.crt").read_text(),
+              "clientKeyData": pki.path("alice.key").read_text()}  # fmt: skip
+    user = _exec_user(_plugin(tmp_path, answer))
+    seen = Seen()
+    with tls_server(pki, "by-ip", seen) as url:
+        cluster = {"server": url, "certificate-authority-data": pki.b64("ca.crt")}
+        list_once(api_client(write_kubeconfig(tmp_path, cluster, user)))
+    assert [(auth, cn) for _, auth, cn in seen.requests] == [(None, "alice")]
+
+
+def test_a_401_makes_the_next_request_carry_a_fresh_plugin_token(pki: Pki, tmp_path: Path) -> None:
+    """As client-go: the request answered 401 fails; the plugin runs again for the next."""
+    user = _exec_user(_plugin(tmp_path, {"token": "revoked"}, {"token": "fresh"}))
+    seen = Seen(answer=(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"}))
+    with tls_server(pki, "by-ip", seen) as url:
+        cluster = {"server": url, "certificate-authority-data": pki.b64("ca.crt")}
+        client = api_client(write_kubeconfig(tmp_path, cluster, user))
+        with pytest.raises(ApiError):
+            list_once(client)
+        seen.answer = Seen().answer
+        list_once(client)
+    assert [auth for _, auth, _ in seen.requests] == ["Bearer revoked", "Bearer fresh"]
+
+
 def test_an_exec_plugin_that_fails_is_one_line(tmp_path: Path) -> None:
-    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "interactiveMode": "Never",
                      "command": str(tmp_path / "missing-plugin")}}  # fmt: skip
     path = write_kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"}, user)
-    with pytest.raises(KubernetesConfigError, match="gave no credentials") as caught:
+    with pytest.raises(KubernetesConfigError, match="missing-plugin: not found") as caught:
         api_client(path)
     assert "\n" not in str(caught.value)
+
+
+def _oidc_user() -> dict[str, Any]:
+    """An OIDC auth-provider whose id-token has not expired: the loader uses it as it is."""
+    claims = base64.urlsafe_b64encode(b'{"exp": 4102444800}').decode().rstrip("=")
+    token = f"eyJhbGciOiJub25lIn0.{claims}.c2ln"
+    config = {"id-token": token, "idp-issuer-url": "https://issuer.invalid", "client-id": "x"}
+    return {"auth-provider": {"name": "oidc", "config": config}}
+
+
+def test_an_auth_provider_token_through_the_kubernetes_loader(pki: Pki, tmp_path: Path) -> None:
+    pytest.importorskip("kubernetes")  # the `auth-provider` extra
+    seen = Seen()
+    user = _oidc_user()
+    with tls_server(pki, "by-ip", seen) as url:
+        cluster = {"server": url, "certificate-authority-data": pki.b64("ca.crt")}
+        list_once(api_client(write_kubeconfig(tmp_path, cluster, user)))
+    assert [auth for _, auth, _ in seen.requests] == [
+        f"Bearer {user['auth-provider']['config']['id-token']}"
+    ]
+
+
+def test_an_auth_provider_without_the_extra_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if not installed
+    path = write_kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"}, _oidc_user())
+    with pytest.raises(KubernetesConfigError) as caught:
+        api_client(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.endswith("pip install 'kube-gpu-exporter[auth-provider]'"), message
 
 
 # --- serve never imports kubernetes ------------------------------------------------------------

@@ -1,8 +1,9 @@
 """`explain` with `KUBECONFIG=a:b:c` against the test API server: split files give the answer
 one merged file gives, `--context` picks another cluster, and `--kubeconfig` reads its file
 alone; the same against a real API server (`k8s`), with the CA and the token file relative to
-different files. Also: a merged exec-plugin user through the `kubernetes` package's loader,
-and `cluster` refusing an unknown `--kubernetes.context` in one line."""
+different files, and an exec-plugin user there too. Also: a merged exec-plugin user
+(exporter/kubernetes/exec_plugin.py), and `cluster` refusing an unknown
+`--kubernetes.context` in one line."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def test_an_unknown_context_is_one_line_and_exit_2(
     assert "context 'nowhere' not found in contexts" in err
 
 
-def test_a_merged_exec_user_logs_in_through_the_kubernetes_loader(tmp_path: Path) -> None:
+def test_a_merged_exec_user_logs_in_through_its_plugin(tmp_path: Path) -> None:
     """The plugin is a relative command of the user's own file, in another folder than the
     cluster's; it sees the chosen context's cluster."""
     plugin = tmp_path / "users" / "bin" / "login"
@@ -199,13 +200,30 @@ def test_split_files_against_a_real_api_server(
         plane.ok("POST", "/api/v1/namespaces/ml/pods", waiting)
 
         clusters = {"real": {"server": plane.url, "certificate-authority": "ca.crt"}}
-        users = {"admin": {"tokenFile": "token"}, "stranger": {"token": "not-a-token"}}
+        # The exec user's plugin hands over the token file's token, from its own folder.
+        login = {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "./login"}
+        users = {
+            "admin": {"tokenFile": "token"},
+            "stranger": {"token": "not-a-token"},
+            "sso": {"exec": login},
+        }
         contexts = {
             "main": {"cluster": "real", "user": "admin", "namespace": "ml"},
             "stranger": {"cluster": "real", "user": "stranger", "namespace": "ml"},
+            "sso": {"cluster": "real", "user": "sso", "namespace": "ml"},
         }
         for folder in ("pki", "users", "merged"):
             (tmp_path / folder).mkdir()
+        for folder in ("users", "merged"):
+            plugin = tmp_path / folder / "login"
+            plugin.write_text(
+                f"#!{sys.executable}\n"
+                "import json, pathlib\n"
+                "token = (pathlib.Path(__file__).parent / 'token').read_text()\n"
+                "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', "
+                "'kind': 'ExecCredential', 'status': {'token': token}}))\n"
+            )
+            plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
         for folder in ("pki", "merged"):
             shutil.copy(plane.ca_file, tmp_path / folder / "ca.crt")
         for folder in ("users", "merged"):
@@ -233,6 +251,8 @@ def test_split_files_against_a_real_api_server(
             status, out, err = main(["explain", "big", "--color=never"]), *capsys.readouterr()
             assert status == 1 and "pod ml/big (" in out and "gpu-a" in out, out + err
             answers.append(out)
+            status, out, err = main(["explain", "big", "--context=sso"]), *capsys.readouterr()
+            assert (status, out) == (1, answers[0]), out + err
             status, out, err = main(["explain", "big", "--context=stranger"]), *capsys.readouterr()
             assert (status, out) == (2, "") and err.count("\n") == 1, err
             assert "401" in err, err
