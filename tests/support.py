@@ -110,11 +110,13 @@ def values(
 class Exporter:
     """A running `kube-gpu-exporter serve` subprocess."""
 
-    def __init__(self, proc: subprocess.Popen[str], port: int, log_path: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[str], port: int, log_path: Path, host: str = "127.0.0.1"
+    ) -> None:
         self.proc = proc
         self.port = port
         self.log_path = log_path
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{host}:{port}"
 
     def get(self, path: str = "/metrics", **headers: str) -> tuple[int, dict[str, str], bytes]:
         return http_get(self.url + path, headers)
@@ -154,21 +156,22 @@ def run_exporter(
     wait_ready: bool = True,
     command: str = "serve",
     prefix: Sequence[str] = (),
+    host: str = "127.0.0.1",
 ) -> Iterator[Exporter]:
     """Start the exporter (`command`: serve, or cluster) on a free port, wait until it
     answers, SIGTERM it afterwards. `prefix` runs it under another command (e.g. `unshare`,
-    which must pass SIGTERM on)."""
+    which must pass SIGTERM on). `host` is the address it listens on."""
     port = free_port()
     log_path = tmp_path / f"exporter-{port}.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            [*prefix, *exporter_command(command, f"--web.listen-address=127.0.0.1:{port}", *args)],
+            [*prefix, *exporter_command(command, f"--web.listen-address={host}:{port}", *args)],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
             text=True,
         )
-    exporter = Exporter(proc, port, log_path)
+    exporter = Exporter(proc, port, log_path, host)
     try:
         path = "/readyz" if wait_ready else "/healthz"
         wait_until(
