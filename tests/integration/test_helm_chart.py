@@ -301,3 +301,11 @@ def test_helm_values_check_says_when_the_file_is_stale(
     err = capsys.readouterr().err
     assert f"differs: {values}" in err and "--helm-values" in err, err
     assert values.read_text().count("threshold: 80") == 2, "--check wrote nothing"
+
+
+def test_network_policy_without_a_prometheus_selector_is_one_clear_error():
+    """An empty peer is refused by the API server at install (`must specify a peer`); the chart
+    says which keys to set instead."""
+    result = template("--set", "networkPolicy.enabled=true")
+    assert result.returncode != 0
+    assert "networkPolicy.enabled: set networkPolicy.prometheusNamespaceLabels" in result.stderr

@@ -26,6 +26,7 @@ import yaml
 from control_plane import ControlPlane, run_control_plane
 from operator_crds import install_crds
 from real_binaries import require
+from test_helm_chart import OPERATOR_APIS
 
 from kube_gpu_exporter.exporter.generate.command import main as generate
 from kube_gpu_exporter.exporter.generate.helm_chart import CHART_DIR
@@ -104,7 +105,16 @@ def kustomized(folder: Path) -> list[str]:
 def rendered(*args: str) -> dict[str, list[dict[str, Any]]]:
     """`helm template` of the chart: its objects by the template that made them."""
     result = subprocess.run(
-        [str(require("helm")), "template", "kge", str(CHART), "--namespace", "monitoring", *args],
+        [
+            str(require("helm")),
+            "template",
+            "kge",
+            str(CHART),
+            "--namespace",
+            "monitoring",
+            *OPERATOR_APIS,
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -224,13 +234,36 @@ def test_generate_with_every_optional_object_applies(
 
 @pytest.mark.parametrize(
     "values",
-    [[], ["--set", "alertmanagerConfig.enabled=true"]],
-    ids=["defaults", "alertmanager-config"],
+    [
+        [],
+        ["--set", "alertmanagerConfig.enabled=true"],
+        [
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set-json",
+            'networkPolicy.prometheusPodLabels={"app":"prometheus"}',
+            "--set",
+            "webConfig.existingSecret=web",
+            "--set",
+            "webConfig.tls=true",
+            "--set",
+            "hostNetwork=true",
+            "--set",
+            "podLabelAllowlist={team}",
+            "--set",
+            "service.clusterIP=",
+        ],
+    ],
+    ids=["defaults", "alertmanager-config", "keys-set"],
 )
 def test_helm_template_applies(plane: ControlPlane, values: list[str]) -> None:
     files = rendered(*values)
-    if values:
-        assert any(o["kind"] == "AlertmanagerConfig" for objs in files.values() for o in objs)
+    kinds = {o["kind"] for objs in files.values() for o in objs}
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    if "alertmanagerConfig.enabled=true" in values:
+        assert "AlertmanagerConfig" in kinds
+    if "networkPolicy.enabled=true" in values:
+        assert "NetworkPolicy" in kinds
     assert refused(plane, files) == []
 
 
