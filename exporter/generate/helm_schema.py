@@ -80,8 +80,29 @@ def values_schema() -> dict[str, Any]:
         "The chart's values: thresholds (snake_case, the thresholds file's keys) and the "
         "chart's own keys (camelCase)."
     )
+    used = _referenced(schema["properties"], definitions)
+    definitions = {name: definitions[name] for name in sorted(used)}
     fixed: dict[str, Any] = _fixed({"$schema": DRAFT, **schema, "definitions": definitions})
     return fixed
+
+
+def _referenced(node: Any, definitions: dict[str, Any]) -> set[str]:
+    """The definitions `node` refers to, directly or through others: only those are written
+    (the thresholds file's `deployment:` models are not the chart's)."""
+    found: set[str] = set()
+    pending = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            ref = item.get("$ref", "")
+            name = ref.removeprefix("#/definitions/") if isinstance(ref, str) else ""
+            if name and name not in found:
+                found.add(name)
+                pending.append(definitions[name])
+            pending.extend(v for k, v in item.items() if k not in ("default", "examples"))
+    return found
 
 
 def schema_text() -> str:
