@@ -13,7 +13,8 @@ since a half-listed cluster would report pods pending on nodes the view does not
 The objects a list makes (a slim value per pod and node: over a million Python objects on a
 50,000-pod cluster) live as long as the watch, and each cycle makes some 100,000 more that
 live one cycle; every full collection of the garbage collector walked them, holding the GIL
-for 12–120 ms while a scrape waited. The process therefore runs young collections only and
+while a scrape waited (how long: bench/README.md, "Figures behind the code's choices"). The
+process therefore runs young collections only and
 freezes what lives after each cycle (frozen_heap.py); a full collection runs after a
 (re)list and when the heap really grows. Frozen objects are still freed by reference
 counting when the watch or the next cycle replaces them.

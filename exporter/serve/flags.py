@@ -62,7 +62,8 @@ def positive_duration(value: str) -> float:
 
 
 def interval(value: str) -> float:
-    """How often to do something: at least 100ms (at 1ms collection took 95 % of a core)."""
+    """How often to do something: at least 100ms (a shorter interval spends a core on
+    collecting: bench/README.md, "Figures behind the code's choices")."""
     seconds = positive_duration(value)
     if seconds < MIN_INTERVAL:
         raise argparse.ArgumentTypeError(f"must be at least 100ms: {quoted(value)}")

@@ -3,9 +3,9 @@
 A full collection holds the GIL while it walks every object it tracks. In the cluster view
 that was the scrape's worst wait: each cycle makes some 100,000 short-lived tracked objects
 (node checks, families' samples), CPython promotes them and runs a full collection about
-once a cycle, 12–40 ms of a core at 150,000 pods (measured with a `gc.callbacks` probe),
-and during a (re)list full collections of 50–120 ms ran in the watch thread as the heap grew.
-Every scrape that arrived then waited that long.
+once a cycle, and during a (re)list longer ones ran in the watch thread as the heap grew.
+Every scrape that arrived then waited that long (the pauses, measured with a `gc.callbacks`
+probe: bench/README.md, "Figures behind the code's choices").
 
 So the cluster process never lets CPython start a full collection (`gc.set_threshold` with
 an unreachable third threshold); young collections still run as usual and catch the young
@@ -19,12 +19,12 @@ own rule for its full collections: a quarter more), and after every (re)list, as
 Those are the only full collections: one after the list, while the old body is still
 served, and another only when the heap really grows.
 
-The heap is measured as the process's resident memory (`/proc/self/statm`, a few µs), not in
-frozen objects: `gc.get_freeze_count` walks the whole permanent generation, a linked list of
-every frozen object, holding the GIL — 8 ms at 225,000 objects in one process and the 17–31
-ms pause a scrape met at the end of each cycle at 150,000 pods (a `gc.callbacks` and
-lag-thread probe placed it there, with no collection running). `sys.getallocatedblocks`
-walks the allocator's pool headers, ~2 ms at that size. Resident memory is what frozen
+The heap is measured as the process's resident memory (`/proc/self/statm`, one small read),
+not in frozen objects: `gc.get_freeze_count` walks the whole permanent generation, a linked list of
+every frozen object, holding the GIL — the pause a scrape met at the end of each cycle (a
+`gc.callbacks` and lag-thread probe placed it there, with no collection running), and
+`sys.getallocatedblocks` walks the allocator's pool headers (both timed in bench/README.md,
+"Figures behind the code's choices"). Resident memory is what frozen
 garbage would make grow, and what the Deployment's memory limit is about; pages the
 allocator kept after a peak are used first, so the trigger comes that much later, bounded
 by the peak. Where it cannot be read, growth is unknown and starts nothing; the (re)lists'
@@ -78,8 +78,8 @@ class FrozenHeap:
     def frozen(self, make: Callable[[], T]) -> T:
         """`make()` between a young collection and a freeze: what it makes is never walked
         by the young collections the cycle's own allocations start. The cycle's copy of the
-        watches' 150,000 pods is one tuple, and each young collection that found it young
-        walked all of it (the cycle's slowest, 3–4 ms, and twice a cycle)."""
+        watches' pods is one tuple, and each young collection that found it young walked all
+        of it (the cycle's slowest collections, twice a cycle: bench/README.md)."""
         gc.collect(1)
         made = make()
         gc.freeze()

@@ -73,8 +73,8 @@ class ResourceAmounts(FrozenModel):
 
 
 class Resources(FrozenModel):
-    """Defaults from measured RSS: 45 MiB bare, 60 MiB with the kubelet's gRPC client, 110 MiB
-    with the Kubernetes client too (what the DaemonSet runs)."""
+    """Defaults with headroom over the DaemonSet's measured RSS (`serve` with the kubelet's
+    gRPC client and the pod watch: bench/README.md, "Lean at every scale")."""
 
     requests: ResourceAmounts = ResourceAmounts(cpu="50m", memory="128Mi")
     limits: ResourceAmounts = ResourceAmounts(cpu="500m", memory="256Mi")

@@ -382,7 +382,8 @@ def test_serve_with_kubernetes_watches_does_not_import_the_kubernetes_package(
     tmp_path: Path,
 ) -> None:
     """`serve --kubernetes.enabled` builds and runs its pod and ResourceSlice watches until
-    they are up, without the `kubernetes` package (~0.5 s and tens of MiB to import)."""
+    they are up, without the `kubernetes` package (the auth-provider extra, slow to import:
+    bench/README.md), which the test extra installs."""
     code = """
 import asyncio, sys, time
 from kube_gpu_exporter.exporter import app
