@@ -11,10 +11,12 @@ StatefulSets ever does: Prometheus 3 and Alertmanager run as processes here on e
 output, rewritten only where a pod would have supplied something (prometheus_operator.pod_view).
 The exporter is a process too (a simulated node whose GPU 0 reports Xid 79), reached through
 the chart's Service and an EndpointSlice the test writes, where the EndpointSlice controller
-would list the exporter's pod. The real node (a kubelet running the image) is another test's.
+would list the exporter's pod (the DaemonSet's pod object is made, bound to a node name, but
+never runs). The real node (a kubelet running the image) is another test's.
 
 Proven end to end: Prometheus discovers the exporter through the ServiceMonitor's job, scrapes
-it (up, job="kube-gpu-exporter", which the rules select on), evaluates the recording rules and
+it (up, job="kube-gpu-exporter", which the rules select on, instance the pod's node, the
+operator's namespace/pod/container target labels dropped), evaluates the recording rules and
 GPUXidErrors, sends the alert to Alertmanager found through its Service as the operator wrote
 it, and Alertmanager delivers it; a GPULost on the same GPU then inhibits it, by our
 AlertmanagerConfig's rule. That rule holds only under `alertmanagerConfigMatcherStrategy:
@@ -59,6 +61,7 @@ MONITORING = "monitoring"  # the Prometheus' and the Alertmanager's
 EXPORTER_NS = "kube-gpu-exporter"  # the chart's release namespace: every object of the chart
 RELEASE_NAME = "kube-gpu-exporter"  # its objects' names, then, are the chart's name
 RELEASE = "gpu-monitoring"  # the Prometheus' release, as kube-prometheus-stack labels select
+NODE_NAME = "gpu-node-1"
 PROMETHEUS = "k8s"
 ALERTMANAGER = "main"
 NODE = """
@@ -108,12 +111,43 @@ def helm_install(plane: ControlPlane) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def exporter_pod(plane: ControlPlane) -> dict[str, str]:
+    """The chart DaemonSet's pod on NODE_NAME, as the DaemonSet controller would create it
+    (none runs here, and no kubelet ever starts it): the object Kubernetes service discovery
+    reads the node's name from. Its RuntimeClass is made first, as the GPU operator does."""
+    plane.ok(
+        "POST",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        {"metadata": {"name": "nvidia"}, "handler": "nvidia"},
+    )
+    daemonset = plane.ok("GET", f"/apis/apps/v1/namespaces/{EXPORTER_NS}/daemonsets/{RELEASE_NAME}")
+    template = daemonset["spec"]["template"]
+    name = f"{RELEASE_NAME}-{NODE_NAME}"
+    plane.ok(
+        "POST",
+        f"/api/v1/namespaces/{EXPORTER_NS}/pods",
+        {
+            "metadata": {**template["metadata"], "name": name},
+            "spec": {**template["spec"], "nodeName": NODE_NAME},
+        },
+    )
+    return {"kind": "Pod", "namespace": EXPORTER_NS, "name": name}
+
+
 def endpoint_slice(
-    plane: ControlPlane, namespace: str, service: str, port_name: str, port: int
+    plane: ControlPlane,
+    namespace: str,
+    service: str,
+    port_name: str,
+    port: int,
+    pod: dict[str, str] | None = None,
 ) -> None:
-    """An EndpointSlice of `service` holding this host's address and `port`: what the
-    EndpointSlice controller would write for a ready pod behind it (none runs here). Not
-    127.0.0.1: the API server refuses loopback endpoints."""
+    """An EndpointSlice of `service` holding this host's address and `port` (and `pod`, its
+    target): what the EndpointSlice controller would write for a ready pod behind it (none
+    runs here). Not 127.0.0.1: the API server refuses loopback endpoints."""
+    endpoint: dict[str, Any] = {"addresses": [host_address()], "conditions": {"ready": True}}
+    if pod:
+        endpoint.update(targetRef=pod, nodeName=NODE_NAME)
     plane.ok(
         "POST",
         f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
@@ -128,7 +162,7 @@ def endpoint_slice(
                 },
             },
             "addressType": "IPv4",
-            "endpoints": [{"addresses": [host_address()], "conditions": {"ready": True}}],
+            "endpoints": [endpoint],
             "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
         },
     )
@@ -282,7 +316,8 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with run_exporter(exporter_args, tmp_path, host=host_address()) as exporter:
-            endpoint_slice(plane, EXPORTER_NS, RELEASE_NAME, "metrics", exporter.port)
+            pod = exporter_pod(plane)
+            endpoint_slice(plane, EXPORTER_NS, RELEASE_NAME, "metrics", exporter.port, pod)
 
             create_alertmanager(plane, ALERTMANAGER, base, "None")
             am_config = wait_until(
@@ -341,7 +376,9 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
             try:
                 # the ServiceMonitor's interval is 30s: the first scrape comes within one
                 (up,) = prom.wait_for('up{job="kube-gpu-exporter"} == 1', timeout=90)
-                assert up["metric"]["instance"] == f"{host_address()}:{exporter.port}", up
+                # the ServiceMonitor's relabeling: the node's name, the rules' node label
+                assert up["metric"]["instance"] == NODE_NAME, up
+                assert not {"namespace", "pod", "container"} & up["metric"].keys(), up
                 (gpus,) = prom.wait_for("cluster:nvidia_gpu_gpus:count", timeout=30)
                 assert gpus["value"] == 2
                 (firing,) = prom.wait_for(
