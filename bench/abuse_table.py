@@ -475,7 +475,7 @@ def measure_one(
             cpu = procs.cpu_seconds(proc.pid) - cpu
             figures = running.figures()
             if drops := listen_drops() - drops:
-                figures += f"; {drops:,} SYNs dropped, listen queue full"
+                figures += f"; {drops:,} SYN{'s' if drops != 1 else ''} dropped, listen queue full"
         if attack.after_first_200:
             first = scraper.seen.first_200_s
             figures = (
