@@ -202,6 +202,9 @@ class GaveWay(Exception):
     """A waiting check of an address not yet suspect made room for a newer one (503)."""
 
 
+MADE_ROOM: Final = object()  # what the waiter of a check that gave way is told
+
+
 class CheckTurns:
     """Whose bcrypt check runs next, one at a time: credentials asked for again while they
     waited, in order; then those of addresses that are not suspects, newest first (at most
@@ -210,10 +213,10 @@ class CheckTurns:
     def __init__(self, trusted: int) -> None:
         self._busy = False
         self._most_trusted = trusted
-        self._repeated: deque[asyncio.Future[None]] = deque()
-        self._trusted: deque[asyncio.Future[None]] = deque()  # oldest on the left
-        self._suspects: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
-        self._by_key: dict[object, asyncio.Future[None]] = {}
+        self._repeated: deque[asyncio.Future[object]] = deque()
+        self._trusted: deque[asyncio.Future[object]] = deque()  # oldest on the left
+        self._suspects: OrderedDict[str, deque[asyncio.Future[object]]] = OrderedDict()
+        self._by_key: dict[object, asyncio.Future[object]] = {}
 
     @contextlib.asynccontextmanager
     async def turn(
@@ -247,7 +250,7 @@ class CheckTurns:
         if not self._busy:
             self._busy = True
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         if again:
             self._repeated.append(waiter)
         elif suspect:
@@ -255,13 +258,13 @@ class CheckTurns:
         else:
             self._trusted.append(waiter)
             if len(self._trusted) > self._most_trusted:
-                oldest = self._trusted.popleft()
-                oldest.set_exception(GaveWay())
+                # a result, not an exception: a future holding a raised exception holds its
+                # traceback, whose frames hold the future (a cycle per check that gave way)
+                self._trusted.popleft().set_result(MADE_ROOM)
         self._by_key[key] = waiter
         try:
-            await waiter
-        except GaveWay:
-            raise
+            if await waiter is MADE_ROOM:
+                raise GaveWay
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self._next()  # our turn came as we were cancelled: pass it on
@@ -272,7 +275,7 @@ class CheckTurns:
             if self._by_key.get(key) is waiter:
                 del self._by_key[key]
 
-    def _forget(self, client: str, waiter: asyncio.Future[None]) -> None:
+    def _forget(self, client: str, waiter: asyncio.Future[object]) -> None:
         for queue in (self._repeated, self._trusted):
             if waiter in queue:
                 queue.remove(waiter)
