@@ -50,6 +50,12 @@ RECEIVE_BUFFER: Final = 8 << 10  # SO_RCVBUF; Linux doubles it for its own bookk
 # for a client that does not read, kernel memory a pod's cgroup is charged for; 64 KiB in
 # flight still fills a 10 ms path at 6 MB/s, a gzipped scrape in a round trip or two.
 SEND_BUFFER: Final = 32 << 10
+# Connections the kernel completes before we accept them. At 128 (the old default), thousands
+# of addresses reconnecting overflowed it and the kernel dropped SYNs, the scraper's and the
+# probes' among them (a retry a second later, then three: a probe timed out). Go's listeners
+# ask for the system's maximum; a queued connection costs the kernel a socket and what its
+# client sent, so 1,024 (capped by net.core.somaxconn).
+BACKLOG: Final = 1024
 OVERFLOW: Final = 32  # probe-only connections beyond --web.max-connections
 OVERFLOW_TIMEOUT: Final = 2.0  # seconds such a connection may take to ask
 ACCEPT_RETRY_SECONDS: Final = 0.1  # after EMFILE and the like
@@ -67,7 +73,7 @@ class Listener:
         limits: ConnectionLimits,
         ssl_context: ssl.SSLContext | None = None,
         ssl_contexts: Callable[[], ssl.SSLContext] | None = None,
-        backlog: int = 128,
+        backlog: int = BACKLOG,
     ) -> None:
         self._app = app
         self._ssl_context = ssl_context

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import socket
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -156,3 +157,16 @@ def test_an_address_shared_with_an_attacker_is_served(tmp_path: Path) -> None:
         print(f"scrapes {scrapes}; probes {probes}")
         assert scrapes[200] >= 0.99 * SCRAPES, scrapes
         assert probes[200] == PROBES, probes
+
+
+def test_the_listen_queue_holds_a_reconnecting_crowd(tmp_path: Path) -> None:
+    """The kernel's queue of connections not yet accepted: at 128, thousands of addresses
+    reconnecting overflowed it, and the kernel dropped the scraper's and the probes' SYNs too
+    (each retried a second later, then three: a probe timed out). `ss` shows a listening
+    socket's queue size as its Send-Q."""
+    most = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
+        shown = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{exporter.port}"], capture_output=True, text=True
+        ).stdout.split()
+    assert int(shown[2]) == min(1024, most), shown
