@@ -1,4 +1,5 @@
-"""Build the real Kubernetes control plane, Prometheus 3, Alertmanager and Helm from Go modules.
+"""Build the real Kubernetes control plane, Prometheus 3, Alertmanager, Helm and the
+prometheus-operator from Go modules.
 
 The tests that run against the real kube-apiserver, kube-scheduler, Prometheus 3 … need those
 binaries, and the only place this project may fetch them from is the Go module proxy: no release
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for c in PINS.values():
             state = "built" if is_built(c) else "missing"
-            print(f"{c.name:13} {c.module}@{c.version}  {state}  {component_dir(c)}")
+            print(f"{c.name:19} {c.module}@{c.version}  {state}  {component_dir(c)}")
         return 0
 
     names = [n for name in args.names for n in GROUPS.get(name, (name,))]

@@ -435,3 +435,14 @@ def test_the_default_matcher_strategy_confines_our_inhibit_rules(plane: ControlP
         and f'namespace="{EXPORTER_NS}"' in r["target_matchers"]
         for r in rules
     ), text
+
+
+def test_the_built_operator_is_the_pinned_release() -> None:
+    result = subprocess.run(
+        [str(require("prometheus-operator")), "--version"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    pinned = real_components.PROMETHEUS_OPERATOR
+    assert f"prometheus-operator, version {pinned[1:]} " in result.stdout + result.stderr
+    crds = sorted(p.name for p in (require("prometheus-operator").parent / "crds").iterdir())
+    assert crds == sorted(real_components.OPERATOR_CRDS)
