@@ -59,6 +59,19 @@ npm-deps:
 k8s-bin prom-bin real-bin:
 	python3 tools/real_components.py build $(patsubst %-bin,%,$(subst real-bin,all-bin,$@))
 
+# The container image, built from the Dockerfile as it is without a registry: Debian's buildah
+# on a base made once from Debian's packages (debootstrap) passed as PYTHON_IMAGE, built again
+# only when the Dockerfile or what it copies changes, exported as a docker-archive; all in
+# ${KGE_IMAGE_CACHE:-~/.cache/kube-gpu-exporter/image} outside the checkout (tools/image.py).
+# Installs buildah and debootstrap (as root) when missing.
+.PHONY: image
+image:
+	@command -v buildah >/dev/null && command -v debootstrap >/dev/null || { \
+	  echo "installing Debian packages: buildah debootstrap"; apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    buildah debootstrap >/dev/null; }
+	python3 tools/image.py build
+
 # The story node, its kubelet, Prometheus and Alertmanager with the generated rules; Ctrl-C
 # stops them all. HOST=0.0.0.0 to reach it from another machine.
 HOST ?= 127.0.0.1
@@ -86,8 +99,9 @@ lint: $(STAMP)
 TEST_WORKERS ?= 6
 
 # What CI runs: lint, the generated files up to date, and every test but the gpu-marked ones
-# (the k8s-marked ones run on the components real-bin builds when they are not in the cache).
-test: $(STAMP) system-deps npm-deps real-bin lint
+# (the k8s-marked ones run on the components real-bin builds when they are not in the cache;
+# the image-marked ones on the image `make image` builds and prints the size of).
+test: $(STAMP) system-deps npm-deps real-bin image lint
 	$(VENV)/bin/kube-gpu-exporter generate --check
 	$(VENV)/bin/pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile
 
