@@ -3,8 +3,8 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-APT_PKGS := prometheus prometheus-alertmanager chromium
-APT_CMDS := prometheus promtool prometheus-alertmanager chromium
+APT_PKGS := prometheus prometheus-alertmanager chromium iproute2
+APT_CMDS := prometheus promtool prometheus-alertmanager chromium ip
 DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: all venv system-deps npm-deps demo test test-gpu lint bench image-footprint generate proto clean
@@ -26,8 +26,8 @@ $(DEMO_STAMP): pyproject.toml
 	python3 -m venv $(VENV) && $(PY) -m pip install --upgrade pip \
 	  && $(PY) -m pip install -e '.[demo]' && touch $@
 
-# Debian's prometheus (with promtool), alertmanager and chromium (the report's rendering
-# test), installed when missing.
+# Debian's prometheus (with promtool), alertmanager, chromium (the report's rendering test)
+# and iproute2 (the test host network namespaces of the operator test), installed when missing.
 system-deps:
 	@missing=; for cmd in $(APT_CMDS); do command -v $$cmd >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \

@@ -14,12 +14,9 @@ Kubernetes service discovery (a kubeconfig where a pod uses its ServiceAccount).
 from __future__ import annotations
 
 import base64
-import fcntl
 import gzip
 import os
 import signal
-import socket
-import struct
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -30,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane
+from netns_host import netns_host
 from operator_crds import _CrdLoader
 from real_binaries import real_components, require
 
@@ -40,25 +38,10 @@ from support import free_port, wait_until
 POD_RULES_DIR = "/etc/prometheus/rules/"
 
 
-_SIOCGIFADDR = 0x8915
-
-
 def host_address() -> str:
-    """This host's first IPv4 address outside loopback. An Endpoints or EndpointSlice address
-    may not be a loopback one (the API server refuses it), so processes standing in for pods
-    listen here, and the EndpointSlices the tests write hold this address."""
-    for _, name in socket.if_nameindex():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            try:
-                ifreq = fcntl.ioctl(
-                    sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name[:15].encode())
-                )
-            except OSError:
-                continue  # no IPv4 address on this interface
-        address = socket.inet_ntoa(ifreq[20:24])
-        if not address.startswith("127."):
-            return address
-    pytest.fail("no IPv4 address outside loopback: the API server refuses loopback endpoints")
+    """Where processes standing in for pods listen: the address of this process's test host
+    (netns_host.py), since an Endpoints or EndpointSlice address may not be a loopback one."""
+    return netns_host().address
 
 
 def crd_dir() -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 class Webhook:
     """Alertmanager's webhook receiver: keeps every notification it is sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.notifications: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         hook = self
@@ -28,8 +28,8 @@ class Webhook:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self._server.server_address[1]}/alerts"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def alerts(self, status: str) -> set[tuple[str, str, str, str]]:

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
+from netns_host import netns_host
 from prometheus_operator import (
     alertmanager_config,
     host_address,
@@ -268,6 +269,7 @@ def start_alertmanager(config: str, workdir: Path) -> tuple[subprocess.Popen[byt
     log = (workdir / "alertmanager.log").open("wb")
     proc = subprocess.Popen(
         [
+            *netns_host().prefix,
             binaries_of(BUILT).alertmanager,
             f"--config.file={workdir / 'alertmanager.yaml'}",
             f"--storage.path={workdir / 'data'}",
@@ -304,7 +306,7 @@ def post_alert(url: str, labels: dict[str, str]) -> None:
 def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
-    hook = Webhook()
+    hook = Webhook(netns_host().gateway)  # called by the Alertmanager in the test host
     base = {
         "route": {"receiver": "team", "group_wait": "1s", "group_interval": "1s"},
         "receivers": [
@@ -315,7 +317,9 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
     exporter_args = ["--simulate", str(tmp_path / "node.yaml"), "--collector.interval=1s"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with run_exporter(exporter_args, tmp_path, host=host_address()) as exporter:
+        with run_exporter(
+            exporter_args, tmp_path, host=host_address(), prefix=netns_host().prefix
+        ) as exporter:
             pod = exporter_pod(plane)
             endpoint_slice(plane, EXPORTER_NS, RELEASE_NAME, "metrics", exporter.port, pod)
 
