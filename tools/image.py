@@ -317,6 +317,7 @@ def build() -> dict[str, object]:
         facts: dict[str, object] = {
             "name": name,
             "id": image_id,
+            "stage_ids": _stage_tips(log),
             "base": base_name(),
             "base_id": base_id,
             "storage_driver": storage_driver(),
@@ -346,11 +347,33 @@ def _layer_sizes(archive: Path) -> dict[str, int]:
         return {diff_id: tar.getmember(layer).size for diff_id, layer in layers}
 
 
+def _stage_tips(log: Path) -> list[str]:
+    """The short id each earlier stage ended with, from buildah's `[i/n] STEP` log lines."""
+    tips: list[str] = []
+    stage, last = "", ""
+    for line in log.read_text(errors="replace").splitlines():
+        if found := re.match(r"\[(\d+)/(\d+)\] STEP", line):
+            if stage and found.group(1) != stage and last:
+                tips.append(last)
+            stage = found.group(1)
+        elif found := re.fullmatch(r"--> ([0-9a-f]{11,64})", line):
+            last = found.group(1)
+    return tips
+
+
 def _forget_older(keep: Path) -> None:
-    """Earlier builds' folders go; their layers stay in storage as buildah's cache."""
+    """Earlier builds go: their folders, final images and builder stages' last images; the
+    layers later builds share (the base, the locked wheels) stay in storage as buildah's
+    cache."""
     for old in cache_root().glob("kube-gpu-exporter-*"):
-        if old != keep and old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
+        if old == keep or not old.is_dir():
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            facts = json.loads((old / "image.json").read_text())
+            for old_id in [facts["id"], *facts.get("stage_ids", [])]:
+                # refused (and kept) while a later build still uses it
+                subprocess.run(buildah_argv("rmi", old_id), capture_output=True, check=False)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def run(command: list[str]) -> int:
