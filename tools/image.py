@@ -290,8 +290,8 @@ def build() -> dict[str, object]:
         out.mkdir(parents=True)
         name = f"{NAME}:{version()}"
         # The base under a name of this build's own: buildah 1.28 reuses a cached `RUN
-        # --mount=type=bind,from=<stage>` layer when only that stage's files changed (buildah
-        # issues 4522 and 6609, fixed upstream in 2026 by PR 6845), which would ship the old
+        # --mount=type=bind,from=<stage>` layer when only that stage's files changed
+        # (containers/buildah#4522 and #6609, fixed upstream by #6845), which would ship the old
         # wheels. buildah keys a RUN's cache by the build arguments its stage declares, and the
         # final stage declares ARG PYTHON_IMAGE, so a new name makes its install run again; the
         # builder stage declares none, so its layers (the locked wheels, downloaded once) still

@@ -1,5 +1,5 @@
 """The chart installed, upgraded, rolled back and uninstalled by the real `helm` on a real API
-server: the issue's command (`-n monitoring --create-namespace --set image.tag=...
+server: the install command users type (`-n monitoring --create-namespace --set image.tag=...
 --set serviceMonitor.additionalLabels.release=...`) without the prometheus-operator's CRDs
 (no ServiceMonitor or PrometheusRule, and no failure) and with them; every object the chart
 made is gone after `helm uninstall`."""
