@@ -23,6 +23,7 @@ from raw_http import GET_METRICS, Reader, connect, other_addresses, request
 from support import Exporter, exporter_command, free_port, wait_until
 
 HEALTHZ = request("GET", "/healthz")
+SCRAPE_TIMEOUT = 10.0  # seconds: Prometheus' default scrape_timeout
 
 
 def basic(user: str, password: str) -> str:
@@ -132,8 +133,10 @@ class Seen:
     def worst(self) -> float:
         return max(self.latencies, default=0.0)
 
-    def assert_served(self, within: float = 1.0) -> None:
-        """≥ 99 % 200s, each within `within` seconds, and every probe answered 200."""
+    def assert_served(self, within: float = SCRAPE_TIMEOUT) -> None:
+        """≥ 99 % 200s, each within `within` seconds, and every probe answered 200. The bound
+        tells a lockout from a slow answer (what Prometheus counts as a failed scrape), not a
+        speed target: those are make bench's, where the machine's load is recorded beside them."""
         assert self.total > 0, self
         assert self.statuses[200] >= 0.99 * self.total, self.statuses
         assert self.worst < within, (self.worst, self.statuses)

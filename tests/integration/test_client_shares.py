@@ -1,5 +1,5 @@
 """No client address can lock another out: Prometheus from its own address keeps getting 200s
-within a second, and /healthz never fails, while other addresses hold every kind of
+within a scrape timeout, and /healthz never fails, while other addresses hold every kind of
 connection an untrusted network can open. One address alone meets only its own limits.
 
 The exporter is the real process; the clients are bare sockets on loopback, the attackers
@@ -209,7 +209,7 @@ def test_a_wrong_password_flood_from_other_addresses_does_not_delay_the_first_sc
 ) -> None:
     """20 threads on 10 addresses send a new wrong password, or an unknown user, every time.
     The scraper's first scrape after the start (its password not yet cached) and every one
-    after get 200 within a second; before, they got 503 "too many password checks"."""
+    after get 200 within a scrape timeout; before, they got 503 "too many password checks"."""
     config = web_config_with_user(tmp_path)
     stop = threading.Event()
     flood: Counter[int] = Counter()
@@ -244,7 +244,9 @@ def test_a_wrong_password_flood_from_other_addresses_does_not_delay_the_first_sc
             for thread in threads:
                 thread.join()
     print(f"flood: {flood}; scraper: {scraper.seen.statuses}, worst {scraper.seen.worst:.2f} s")
-    assert flood[401] > 0 and set(flood) <= {401, 429, 503}, flood
+    # the flooders' own connections may fail on a loaded machine (0): what counts is that
+    # they were refused by status, never let in
+    assert flood[401] > 0 and set(flood) <= {0, 401, 429, 503}, flood
     scraper.seen.assert_served()
 
 
