@@ -203,6 +203,14 @@ class Scraper(threading.Thread):
             return 0
 
 
+def tls_config(tmp_path: Path, certificate: tuple[Path, Path]) -> tuple[str, ssl.SSLContext]:
+    """A web config serving TLS with `certificate`: its flag, and a client context trusting it."""
+    cert, key = certificate
+    config = tmp_path / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    return f"--web.config.file={config}", ssl.create_default_context(cafile=str(cert))
+
+
 @contextlib.contextmanager
 def run_tls_exporter(args: list[str], tmp_path: Path, client: ssl.SSLContext) -> Iterator[Exporter]:
     """`serve` with a TLS web config among `args` on a free port, once /readyz answers over

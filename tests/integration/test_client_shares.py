@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import secrets
 import socket
-import ssl
 import threading
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from abuse_clients import (
     open_many,
     rss_bytes,
     run_tls_exporter,
+    tls_config,
 )
 from raw_http import GET_METRICS, Reader, closed_by_peer, connect, other_addresses, request
 
@@ -75,13 +75,6 @@ def test_never_reading_clients_of_other_addresses_hold_no_request_slot(tmp_path:
         finally:
             close_all(held)
     scraper.seen.assert_served()
-
-
-def tls_config(tmp_path: Path, certificate: tuple[Path, Path]) -> tuple[str, ssl.SSLContext]:
-    cert, key = certificate
-    config = tmp_path / "web.yml"
-    config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
-    return f"--web.config.file={config}", ssl.create_default_context(cafile=str(cert))
 
 
 @pytest.mark.parametrize("kind", ["ClientHello then silence", "partial request line"])

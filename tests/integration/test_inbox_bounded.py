@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import bcrypt
-from abuse_clients import rss_bytes, run_tls_exporter
+from abuse_clients import rss_bytes, run_tls_exporter, tls_config
 from raw_http import GET_METRICS
 
 from support import run_exporter
@@ -103,12 +103,8 @@ def test_a_pending_password_check_reads_nothing_more(tmp_path: Path) -> None:
 def test_a_tls_client_that_never_reads_cannot_grow_the_inbox(
     tmp_path: Path, certificate: tuple[Path, Path]
 ) -> None:
-    cert, key = certificate
-    config = tmp_path / "web.yml"
-    config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
-    client = ssl.create_default_context(cafile=str(cert))
-    args = ["--simulate", DEMO, f"--web.config.file={config}"]
-    with run_tls_exporter(args, tmp_path, client) as exporter:
+    config, client = tls_config(tmp_path, certificate)
+    with run_tls_exporter(["--simulate", DEMO, config], tmp_path, client) as exporter:
         before = rss_bytes(exporter.proc.pid)
         raw = never_reader(exporter.port)
         with contextlib.closing(client.wrap_socket(raw, server_hostname="127.0.0.1")) as tls:

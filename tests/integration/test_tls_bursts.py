@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from abuse_clients import rss_bytes, run_tls_exporter
+from abuse_clients import rss_bytes, run_tls_exporter, tls_config
 from raw_http import other_addresses
 
 DEMO = str(Path(__file__).parents[2] / "exporter" / "simulated" / "scenarios" / "demo.yaml")
@@ -29,12 +28,9 @@ MOST_KEPT = 0.5  # of what a round's open connections took, kept once it has pas
 def test_rounds_of_concurrent_tls_connections_do_not_ratchet_memory(
     tmp_path: Path, certificate: tuple[Path, Path]
 ) -> None:
-    cert, key = certificate
-    config = tmp_path / "web.yml"
-    config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
-    client = ssl.create_default_context(cafile=str(cert))
+    config, client = tls_config(tmp_path, certificate)
     sources = other_addresses(CONCURRENT)
-    args = ["--simulate", DEMO, f"--web.config.file={config}", "--web.max-connections=1024"]
+    args = ["--simulate", DEMO, config, "--web.max-connections=1024"]
     with run_tls_exporter(args, tmp_path, client) as exporter:
         start = rss_bytes(exporter.proc.pid)
         peaks: list[int] = []
