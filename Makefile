@@ -3,8 +3,8 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-APT_PKGS := prometheus prometheus-alertmanager chromium iproute2
-APT_CMDS := prometheus promtool prometheus-alertmanager chromium ip
+APT_PKGS := prometheus prometheus-alertmanager chromium iproute2 containerd runc containernetworking-plugins
+APT_CMDS := prometheus promtool prometheus-alertmanager chromium ip containerd runc /usr/lib/cni/bridge
 DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: all venv system-deps npm-deps demo test test-gpu lint bench image-footprint generate proto clean
@@ -26,8 +26,9 @@ $(DEMO_STAMP): pyproject.toml
 	python3 -m venv $(VENV) && $(PY) -m pip install --upgrade pip \
 	  && $(PY) -m pip install -e '.[demo]' && touch $@
 
-# Debian's prometheus (with promtool), alertmanager, chromium (the report's rendering test)
-# and iproute2 (the test host network namespaces of the operator test), installed when missing.
+# Debian's prometheus (with promtool), alertmanager, chromium (the report's rendering test),
+# iproute2 (the test host network namespaces of the operator test) and containerd, runc and
+# the CNI plugins (the real node of the node-marked tests), installed when missing.
 system-deps:
 	@missing=; for cmd in $(APT_CMDS); do command -v $$cmd >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
@@ -52,11 +53,12 @@ npm-deps:
 	fi
 
 # The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
-# Prometheus 3, promtool, alertmanager, amtool and helm, compiled from their Go modules at the
-# versions tools/real_components.py pins, into ${KGE_BIN_CACHE:-~/.cache/kube-gpu-exporter/bin}
-# outside the checkout; a component already built there is not built again.
-.PHONY: k8s-bin prom-bin real-bin
-k8s-bin prom-bin real-bin:
+# Prometheus 3, promtool, alertmanager, amtool and helm, and the kubelet (node-bin), compiled
+# from their Go modules at the versions tools/real_components.py pins, into
+# ${KGE_BIN_CACHE:-~/.cache/kube-gpu-exporter/bin} outside the checkout; a component already
+# built there is not built again.
+.PHONY: k8s-bin prom-bin node-bin real-bin
+k8s-bin prom-bin node-bin real-bin:
 	python3 tools/real_components.py build $(patsubst %-bin,%,$(subst real-bin,all-bin,$@))
 
 # The container image, built from the Dockerfile as it is without a registry: Debian's buildah

@@ -23,7 +23,7 @@ is read from the upstream go.mod at that very version, so a new release needs on
 
 Usage (stdlib only; any Python 3.11+):
 
-    python3 tools/real_components.py build k8s|prom|all|<component>...
+    python3 tools/real_components.py build k8s|prom|node|all|<component>...
     python3 tools/real_components.py path <binary>     # prints the binary's path, exit 1 if absent
     python3 tools/real_components.py list              # each component, its pin and its state
 
@@ -156,6 +156,17 @@ PINS: dict[str, Component] = {
             _k8s_version,
             K8S_STAGING,
         ),
+        # the node's agent, a component of its own (its own cache folder, built only for the
+        # node-marked tests); it imports k8s.io/cri-streaming, a staging module the control
+        # plane does not, which -mod=mod adds to the generated module's go.sum
+        Component(
+            "kubelet",
+            "k8s.io/kubernetes",
+            K8S,
+            {"kubelet": "k8s.io/kubernetes/cmd/kubelet"},
+            _k8s_version,
+            K8S_STAGING,
+        ),
         Component(
             "etcd",
             "go.etcd.io/etcd/server/v3",
@@ -218,7 +229,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "k8s": ("kubernetes", "etcd"),
     "prom": ("prometheus", "alertmanager", "helm", "prometheus-operator"),
 }
-GROUPS["all"] = GROUPS["k8s"] + GROUPS["prom"]
+GROUPS["node"] = ("kubelet",)
+GROUPS["all"] = GROUPS["k8s"] + GROUPS["prom"] + GROUPS["node"]
 
 
 def cache_root() -> Path:

@@ -25,7 +25,12 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize(
     ("binary", "target"),
-    [("kube-apiserver", "make k8s-bin"), ("etcd", "make k8s-bin"), ("promtool", "make prom-bin")],
+    [
+        ("kube-apiserver", "make k8s-bin"),
+        ("etcd", "make k8s-bin"),
+        ("promtool", "make prom-bin"),
+        ("kubelet", "make node-bin"),
+    ],
 )
 def test_missing_binary_fails_the_test_naming_the_make_target(
     empty_cache: Path, binary: str, target: str
