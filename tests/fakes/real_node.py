@@ -139,8 +139,12 @@ class RealNode:
     ) -> Any:
         def reached() -> Any:
             pod = self.plane.ok("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-            if pod.get("status", {}).get("phase") == phase:
+            now = pod.get("status", {}).get("phase")
+            if now == phase:
                 return pod
+            if now in ("Failed", "Succeeded"):  # for good: no use waiting
+                status = pod.get("status", {})
+                pytest.fail(f"pod {name} {now}: {status.get('reason')}: {status.get('message')}")
             return None
 
         try:
@@ -370,6 +374,11 @@ def run_node(
         loaded = node.ctr("images", "import", str(archive))
         assert loaded.returncode == 0, f"ctr images import: {loaded.stderr}"
 
+        # a kubelet reads the device manager's checkpoint from the fixed folder: one that an
+        # earlier node left would bring its resources back (at 0 allocatable) on this one
+        if DEVICE_PLUGIN_DIR.is_dir():
+            for leftover in DEVICE_PLUGIN_DIR.iterdir():
+                leftover.unlink(missing_ok=True)
         kubeconfig = workdir / "kubelet.kubeconfig"
         shutil.copyfile(plane.kubeconfig, kubeconfig)
         kubelet_yaml = workdir / "kubelet-config.yaml"

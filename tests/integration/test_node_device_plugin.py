@@ -1,0 +1,160 @@
+"""The test bench's device plugin (tests/fakes/device_plugin.py) on a real node (issue 33,
+stage 2): it registers through the kubelet's real device-plugin API and advertises the fake
+NVML's GPUs of the demo scenario (four whole H100s, an A100 in MIG mode with a 3g.20gb, a
+2g.10gb and a 1g.5gb instance) as NVIDIA's plugin names them.
+
+- Mixed MIG strategy: the Node's allocatable shows `nvidia.com/gpu: 4` and one of each
+  `nvidia.com/mig-<profile>`; pods asking for `nvidia.com/gpu: 1` and `nvidia.com/mig-2g.10gb:
+  1` are admitted and run, the kubelet's pod-resources List names the allocated ids (a GPU
+  UUID, the 2g.10gb's MIG UUID), and the container got `NVIDIA_VISIBLE_DEVICES` from Allocate.
+- Health: a critical Xid (79) on a whole GPU and on the MIG GPU drops them from allocatable
+  (capacity stays), an application Xid (13) on another GPU does not.
+- Time-slicing with renameByDefault: four replicas of each whole GPU as
+  `nvidia.com/gpu.shared` (16), ids `<uuid>::<n>`, the container seeing the GPU's UUID.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from control_plane import run_control_plane
+from device_plugin import run_plugin
+from real_node import RealNode, run_node
+
+from fakenvml import write_state
+from kube_gpu_exporter.exporter.simulated.scenario import NodeState, Scenario
+from support import wait_until
+
+pytestmark = [pytest.mark.k8s, pytest.mark.node]
+
+DEMO = Path(__file__).resolve().parents[2] / "exporter" / "simulated" / "scenarios" / "demo.yaml"
+MIG_GPU = 3
+MIXED = {"version": "v1", "flags": {"migStrategy": "mixed"}}
+SHARED = {
+    **MIXED,
+    "sharing": {
+        "timeSlicing": {
+            "renameByDefault": True,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+        }
+    },
+}
+
+
+def demo_state(xids: Mapping[int, tuple[int, ...]] | None = None) -> NodeState:
+    """The demo node at 0 s, with `xids` (GPU index → Xids) added."""
+    state = Scenario.load(DEMO).state_at(0)
+    devices = tuple(
+        dataclasses.replace(d, xids=d.xids + (xids or {}).get(d.index, ())) for d in state.devices
+    )
+    return dataclasses.replace(state, devices=devices)
+
+
+def _wait_resources(node: RealNode, expected: Mapping[str, str], what: str) -> None:
+    def reached() -> bool:
+        allocatable = node.allocatable()
+        return all(allocatable.get(name) == count for name, count in expected.items())
+
+    try:
+        wait_until(reached, timeout=90, what=what)
+    except BaseException:
+        print("allocatable:", node.allocatable())
+        print(node.log_tail("kubelet", 40))
+        raise
+
+
+def _devices_by_pod(node: RealNode) -> dict[str, dict[str, list[str]]]:
+    """Pod name → resource → device ids, from the kubelet's pod-resources List."""
+    listed: dict[str, dict[str, list[str]]] = {}
+    for pod in node.pod_resources().pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                ids = listed.setdefault(pod.name, {}).setdefault(devices.resource_name, [])
+                ids.extend(devices.device_ids)
+    return listed
+
+
+def _container_env(node: RealNode, pod: str) -> dict[str, str]:
+    """The environment containerd gave the pod's `main` container (its OCI spec)."""
+    for container in node.ctr("containers", "ls", "-q").stdout.split():
+        info: Any = json.loads(node.ctr("containers", "info", container).stdout)
+        labels = info.get("Labels") or {}
+        if (
+            labels.get("io.kubernetes.pod.name") == pod
+            and labels.get("io.kubernetes.container.name") == "main"
+        ):
+            env = info["Spec"]["process"]["env"]
+            return dict(item.split("=", 1) for item in env)
+    raise AssertionError(f"no container of pod {pod} in containerd")
+
+
+def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Path) -> None:
+    state_file = tmp_path / "nvml-state"
+    state = demo_state()
+    write_state(state_file, state)
+    nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
+    whole = {d.uuid for d in state.devices if not d.mig}
+    mig_2g = next(m.uuid for m in state.devices[MIG_GPU].mig if m.profile == "2g.10gb")
+    with (
+        run_control_plane(tmp_path / "plane") as plane,
+        run_node(plane, tmp_path / "node") as node,
+        run_plugin(tmp_path / "plugin", nvml_env, MIXED),
+    ):
+        migs = ("nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-1g.5gb")
+        _wait_resources(
+            node, {"nvidia.com/gpu": "4", **dict.fromkeys(migs, "1")}, "the plugin's resources"
+        )
+        node.pod("whole", resources={"limits": {"nvidia.com/gpu": 1}})
+        node.pod("mig", resources={"limits": {"nvidia.com/mig-2g.10gb": 1}})
+        node.wait_pod_phase("whole")
+        node.wait_pod_phase("mig")
+
+        listed = _devices_by_pod(node)
+        assert listed["mig"] == {"nvidia.com/mig-2g.10gb": [mig_2g]}
+        (gpu,) = listed["whole"]["nvidia.com/gpu"]
+        assert gpu in whole
+        assert _container_env(node, "whole")["NVIDIA_VISIBLE_DEVICES"] == gpu
+        assert _container_env(node, "mig")["NVIDIA_VISIBLE_DEVICES"] == mig_2g
+
+        # a critical Xid on GPU 0 and on the MIG GPU; the application's Xid 13 on GPU 1
+        write_state(state_file, demo_state({0: (79,), MIG_GPU: (79,), 1: (13,)}))
+        _wait_resources(
+            node, {"nvidia.com/gpu": "3", **dict.fromkeys(migs, "0")}, "unhealthy devices dropped"
+        )
+        time.sleep(3)  # the Xid 13 came with the others: nothing more is dropped after
+        allocatable, capacity = node.allocatable(), node.node()["status"]["capacity"]
+        assert allocatable["nvidia.com/gpu"] == "3"
+        assert capacity["nvidia.com/gpu"] == "4"
+        assert all(capacity[m] == "1" for m in migs)
+
+
+def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
+    state_file = tmp_path / "nvml-state"
+    state = demo_state()
+    write_state(state_file, state)
+    nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
+    whole = {d.uuid for d in state.devices if not d.mig}
+    with (
+        run_control_plane(tmp_path / "plane") as plane,
+        run_node(plane, tmp_path / "node") as node,
+        run_plugin(tmp_path / "plugin", nvml_env, SHARED),
+    ):
+        _wait_resources(
+            node,
+            {"nvidia.com/gpu.shared": "16", "nvidia.com/mig-1g.5gb": "1"},
+            "four replicas of each whole GPU",
+        )
+        assert "nvidia.com/gpu" not in node.allocatable()
+        node.pod("sliced", resources={"limits": {"nvidia.com/gpu.shared": 1}})
+        node.wait_pod_phase("sliced")
+        (replica,) = _devices_by_pod(node)["sliced"]["nvidia.com/gpu.shared"]
+        matched = re.fullmatch(r"(GPU-[0-9a-f-]+)::([0-3])", replica)
+        assert matched and matched[1] in whole, replica
+        assert _container_env(node, "sliced")["NVIDIA_VISIBLE_DEVICES"] == matched[1]
