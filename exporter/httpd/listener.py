@@ -56,6 +56,7 @@ SEND_BUFFER: Final = 32 << 10
 # ask for the system's maximum; a queued connection costs the kernel a socket and what its
 # client sent, so 1,024 (capped by net.core.somaxconn).
 BACKLOG: Final = 1024
+ACCEPT_BATCH: Final = 16  # accepts between two turns of the loop (see _accept)
 OVERFLOW: Final = 32  # probe-only connections beyond --web.max-connections
 OVERFLOW_TIMEOUT: Final = 2.0  # seconds such a connection may take to ask
 ACCEPT_RETRY_SECONDS: Final = 0.1  # after EMFILE and the like
@@ -151,6 +152,7 @@ class Listener:
 
     async def _accept(self, listening: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        accepted = 0
         while True:
             try:
                 sock, peer = await loop.sock_accept(listening)
@@ -160,10 +162,14 @@ class Listener:
                 continue
             sock.setblocking(False)
             self._admit(sock, client_address(peer))
-            # An accept with a backlog waiting completes without yielding: one turn of the
-            # loop lets the connection just admitted read the request it has likely sent,
-            # before a burst of newcomers behind it could displace it as idle.
-            await asyncio.sleep(0)
+            accepted += 1
+            # An accept with a queue waiting completes without yielding. A turn of the loop
+            # every ACCEPT_BATCH lets the connections just admitted read the requests they
+            # have likely sent before a burst behind them could displace them as idle (fewer
+            # than an address's share come in between); more often, and a crowd reconnecting
+            # overflows the listen queue, whose SYNs the kernel then drops, probes' included.
+            if accepted % ACCEPT_BATCH == 0:
+                await asyncio.sleep(0)
 
     def _admit(self, sock: socket.socket, client: str) -> None:
         admission = self._table.admit(client)
