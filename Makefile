@@ -53,12 +53,13 @@ npm-deps:
 	fi
 
 # The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
-# Prometheus 3, promtool, alertmanager, amtool and helm, and the kubelet (node-bin), compiled
+# Prometheus 3, promtool, alertmanager, amtool and helm, the kubelet (node-bin) and Kueue's
+# controller with its CRDs and webhook manifests (kueue-bin), compiled
 # from their Go modules at the versions tools/real_components.py pins, into
 # ${KGE_BIN_CACHE:-~/.cache/kube-gpu-exporter/bin} outside the checkout; a component already
 # built there is not built again.
-.PHONY: k8s-bin prom-bin node-bin real-bin
-k8s-bin prom-bin node-bin real-bin:
+.PHONY: k8s-bin prom-bin node-bin kueue-bin real-bin
+k8s-bin prom-bin node-bin kueue-bin real-bin:
 	python3 tools/real_components.py build $(patsubst %-bin,%,$(subst real-bin,all-bin,$@))
 
 # The container image, built from the Dockerfile as it is without a registry: Debian's buildah

@@ -1,5 +1,5 @@
-"""Build the real Kubernetes control plane, Prometheus 3, Alertmanager, Helm and the
-prometheus-operator from Go modules.
+"""Build the real Kubernetes control plane, Prometheus 3, Alertmanager, Helm, the
+prometheus-operator and Kueue from Go modules.
 
 The tests that run against the real kube-apiserver, kube-scheduler, Prometheus 3 … need those
 binaries, and the only place this project may fetch them from is the Go module proxy: no release
@@ -23,7 +23,7 @@ is read from the upstream go.mod at that very version, so a new release needs on
 
 Usage (stdlib only; any Python 3.11+):
 
-    python3 tools/real_components.py build k8s|prom|node|all|<component>...
+    python3 tools/real_components.py build k8s|prom|node|kueue|all|<component>...
     python3 tools/real_components.py path <binary>     # prints the binary's path, exit 1 if absent
     python3 tools/real_components.py list              # each component, its pin and its state
 
@@ -141,6 +141,26 @@ OPERATOR_CRDS = tuple(
         "thanosrulers",
     )
 )
+# the newest (and only) version of Kueue the proxy serves (2026-11-28; upstream's newest is
+# v0.20.5). Its CRDs (v1beta2 stored, v1beta1 still served) and its webhook configurations are
+# copied from the module: the test fixture points their service references at a URL
+KUEUE = "v0.17.0"
+KUEUE_CRDS = tuple(
+    f"kueue.x-k8s.io_{kind}.yaml"
+    for kind in (
+        "admissionchecks",
+        "clusterqueues",
+        "cohorts",
+        "localqueues",
+        "multikueueclusters",
+        "multikueueconfigs",
+        "provisioningrequestconfigs",
+        "resourceflavors",
+        "topologies",
+        "workloadpriorityclasses",
+        "workloads",
+    )
+)
 
 PINS: dict[str, Component] = {
     c.name: c
@@ -222,6 +242,21 @@ PINS: dict[str, Component] = {
             PROMETHEUS_OPERATOR,
             files={f"crds/{n}": f"example/prometheus-operator-crd/{n}" for n in OPERATOR_CRDS},
         ),
+        Component(
+            "kueue",
+            "sigs.k8s.io/kueue",
+            KUEUE,
+            {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
+            {
+                "sigs.k8s.io/kueue/pkg/version.GitVersion": KUEUE,
+                "sigs.k8s.io/kueue/pkg/version.GitCommit": "module-" + KUEUE,
+                "sigs.k8s.io/kueue/pkg/version.BuildDate": _K8S_BUILD_DATE,
+            },
+            files={
+                **{f"crds/{n}": f"config/components/crd/bases/{n}" for n in KUEUE_CRDS},
+                "webhook/manifests.yaml": "config/components/webhook/manifests.yaml",
+            },
+        ),
     )
 }
 
@@ -230,7 +265,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "prom": ("prometheus", "alertmanager", "helm", "prometheus-operator"),
 }
 GROUPS["node"] = ("kubelet",)
-GROUPS["all"] = GROUPS["k8s"] + GROUPS["prom"] + GROUPS["node"]
+GROUPS["kueue"] = ("kueue",)
+GROUPS["all"] = GROUPS["k8s"] + GROUPS["prom"] + GROUPS["node"] + GROUPS["kueue"]
 
 
 def cache_root() -> Path:

@@ -31,9 +31,11 @@ real_components = sys.modules.get("real_components") or _load_build_script()
 
 
 def make_target(binary: str) -> str:
-    """`make k8s-bin`, `make prom-bin` or `make node-bin`: the target that builds `binary`."""
+    """`make k8s-bin`, `make prom-bin`, `make node-bin` or `make kueue-bin`: the target that
+    builds `binary`."""
     component = real_components.component_of(binary).name
-    group = next(g for g in ("k8s", "prom", "node") if component in real_components.GROUPS[g])
+    groups = ("k8s", "prom", "node", "kueue")
+    group = next(g for g in groups if component in real_components.GROUPS[g])
     return f"make {group}-bin"
 
 

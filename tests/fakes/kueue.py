@@ -1,0 +1,268 @@
+"""The real Kueue in a test control plane: its controller manager built from its Go module
+(`make kueue-bin`), its CRDs and its admission and conversion webhooks as the module ships
+them, served by that process and reached by the API server at a URL.
+
+How a cluster runs Kueue, and what stands in for each piece here:
+
+- Kueue's CRDs (`config/components/crd/bases`, copied into the bin cache at build time) are
+  created as they are, except that the five Kueue converts between v1beta1 and v1beta2
+  (its `config/components/crd/patches/webhook_in_*.yaml`) get the conversion webhook at
+  `https://127.0.0.1:<port>/convert`;
+- its webhook configurations (`config/components/webhook/manifests.yaml`) name a Service in
+  `kueue-system`; with no Service network here each one's `clientConfig` becomes a URL on
+  loopback with our CA's bundle. Only the webhooks of the integrations a test turns on (Kueue's
+  own kinds, and `batch` for `batch/job`) are registered: a webhook with `failurePolicy: Fail`
+  for kinds Kueue does not watch would only make their creation depend on it;
+- its certificate management is off (`internalCertManagement.enable: false`): a CA and a
+  serving certificate for 127.0.0.1 made with openssl serve the webhooks (`webhook.certDir`).
+  With its own management off Kueue also reads the metrics server's certificate from the fixed
+  path `/etc/kueue/metrics/certs`, which is not ours to write: Kueue runs in a mount namespace
+  of its own whose `/etc` is a read-only overlay of the machine's with that folder added;
+- its visibility API server (`VisibilityOnDemand`, pending workloads' positions) reads its
+  certificate from another fixed path, `/visibility/tls.crt`, at the root, where no overlay of
+  an existing folder reaches: the feature gate is off here until a test needs that API;
+- it runs as one process on the admin kubeconfig, without leader election, its health probe
+  and metrics servers on free loopback ports.
+
+Start it with `run_kueue(plane, workdir)` (a context manager) once the plane is ready; the
+plane needs the `job` controller (pods for admitted Jobs) and the scheduler to place them."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from control_plane import ControlPlane, _start, _wait_ready
+from operator_crds import _CrdLoader
+from real_binaries import real_components, require
+
+from support import free_port, wait_until
+
+NAMESPACE = "kueue-system"
+# the CRDs whose kustomization (config/components/crd/kustomization.yaml) enables conversion
+CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+# an integration -> the API groups of the webhooks it needs besides Kueue's own
+INTEGRATION_GROUPS = {"batch/job": ("batch",), "pod": ("",)}
+# Kueue's webhook configurations here: named apart from anything else a test registers
+WEBHOOK_PREFIX = "kueue-"
+
+
+@dataclass
+class Kueue:
+    """A running Kueue: where its servers listen and its log."""
+
+    version: str
+    log: Path
+    webhook_url: str
+    health_url: str
+    metrics_port: int
+    ca_bundle: bytes
+    crds: list[str] = field(default_factory=list)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_certificates(folder: Path) -> Path:
+    """A CA, and a serving certificate it signs for IP 127.0.0.1 and localhost, in `folder`
+    as controller-runtime's webhook server reads them (tls.crt, tls.key); returns the CA."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca = folder / "ca.key", folder / "ca.crt"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(ca_key))
+    _openssl(
+        "req", "-x509", "-new", "-key", str(ca_key), "-out", str(ca), "-days", "2",
+        "-subj", "/CN=kube-gpu-exporter test Kueue CA",
+    )  # fmt: skip
+    key, csr, crt = folder / "tls.key", folder / "tls.csr", folder / "tls.crt"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
+    _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    ext = folder / "san.ext"
+    ext.write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext),
+    )  # fmt: skip
+    key.chmod(0o600)
+    return ca
+
+
+def _files() -> Path:
+    """The bin cache folder of the built Kueue: the binary, crds/ and webhook/."""
+    return require("kueue").parent
+
+
+def crds(webhook_url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """Kueue's CRDs from its module, the converted ones pointed at the conversion webhook."""
+    out = []
+    for path in sorted((_files() / "crds").glob("*.yaml")):
+        crd = yaml.load(path.read_text(), _CrdLoader)
+        if crd["spec"]["names"]["plural"] in CONVERTED:
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {
+                        "url": f"{webhook_url}/convert",
+                        "caBundle": base64.b64encode(ca_bundle).decode(),
+                    },
+                    "conversionReviewVersions": ["v1"],
+                },
+            }
+        out.append(crd)
+    return out
+
+
+def webhook_configurations(
+    webhook_url: str, ca_bundle: bytes, integrations: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Kueue's mutating and validating webhook configurations, each webhook at its URL, only
+    those for Kueue's own kinds and for the `integrations`' API groups."""
+    groups = {"kueue.x-k8s.io"}
+    for integration in integrations:
+        groups.update(INTEGRATION_GROUPS[integration])
+    manifests = (_files() / "webhook" / "manifests.yaml").read_text()
+    out = []
+    for config in yaml.safe_load_all(manifests):
+        if not config:
+            continue
+        config["metadata"]["name"] = WEBHOOK_PREFIX + config["metadata"]["name"]
+        kept = []
+        for webhook in config["webhooks"]:
+            if not {g for rule in webhook["rules"] for g in rule["apiGroups"]} <= groups:
+                continue
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {
+                "url": webhook_url + path,
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+            }
+            kept.append(webhook)
+        config["webhooks"] = kept
+        out.append(config)
+    return out
+
+
+def _configuration(
+    certs: Path, webhook_port: int, health_port: int, metrics_port: int, frameworks: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": list(frameworks)},
+    }
+
+
+def _established(plane: ControlPlane, name: str) -> bool:
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+    conditions = plane.ok("GET", path).get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@contextmanager
+def run_kueue(
+    plane: ControlPlane,
+    workdir: Path,
+    *,
+    integrations: Sequence[str] = ("batch/job",),
+    timeout: float = 180,
+) -> Iterator[Kueue]:
+    """Kueue's CRDs installed, Kueue running, and its webhooks registered when this yields.
+
+    The CRDs come first (Kueue's informers list them at start-up), the webhooks last: they
+    fail closed, and Kueue must be answering before the API server sends it anything."""
+    binary = require("kueue")
+    version = real_components.PINS["kueue"].version
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs = workdir / "certs"
+    ca = make_certificates(certs)
+    ca_bundle = ca.read_bytes()
+    # /etc as Kueue sees it: the machine's, plus kueue/metrics/certs (see the module's doc)
+    etc_top = workdir / "etc-overlay"
+    metrics_certs = etc_top / "kueue" / "metrics" / "certs"
+    metrics_certs.mkdir(parents=True)
+    for name in ("tls.crt", "tls.key"):
+        (metrics_certs / name).write_bytes((certs / name).read_bytes())
+
+    webhook_port, health_port = free_port(), free_port()
+    metrics_port = free_port()
+    webhook_url = f"https://127.0.0.1:{webhook_port}"
+    config = workdir / "kueue-config.yaml"
+    config.write_text(
+        yaml.safe_dump(_configuration(certs, webhook_port, health_port, metrics_port, integrations))
+    )
+
+    installed = crds(webhook_url, ca_bundle)
+    for crd in installed:
+        plane.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    names = [crd["metadata"]["name"] for crd in installed]
+    wait_until(
+        lambda: all(_established(plane, n) for n in names),
+        timeout=60,
+        what="Kueue's CRDs established",
+    )
+    plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+
+    script = f"mount -t overlay overlay -o lowerdir={etc_top}:/etc /etc && exec " + " ".join(
+        [
+            str(binary),
+            f"--config={config}",
+            f"--kubeconfig={plane.kubeconfig}",
+            "--feature-gates=VisibilityOnDemand=false",
+            "--zap-log-level=2",
+        ]
+    )
+    with ExitStack() as stack:
+        proc, log = _start(
+            "kueue",
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            workdir,
+            stack,
+        )
+        kueue = Kueue(
+            version,
+            log,
+            webhook_url,
+            f"http://127.0.0.1:{health_port}",
+            metrics_port,
+            ca_bundle,
+            names,
+        )
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"{kueue.health_url}/readyz", timeout=5) as response:
+                return response.status == 200
+
+        _wait_ready("kueue", proc, log, ready, timeout)
+
+        for webhook_config in webhook_configurations(webhook_url, ca_bundle, integrations):
+            kind = webhook_config["kind"].lower() + "s"
+            plane.ok("POST", f"/apis/admissionregistration.k8s.io/v1/{kind}", webhook_config)
+
+        def cleanup() -> None:  # so that the plane outlives Kueue without failing closed
+            for kind in ("mutating", "validating"):
+                plane.request(
+                    "DELETE",
+                    f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/"
+                    f"{WEBHOOK_PREFIX}{kind}-webhook-configuration",
+                )
+
+        stack.callback(cleanup)  # runs before the process is stopped (last in, first out)
+        yield kueue

@@ -1,0 +1,239 @@
+"""The real Kueue (issue 34's test bench): built from its Go module, its CRDs and webhooks on
+the real API server, and the real scheduler placing what it admits.
+
+A GPU quota of 2 in one ClusterQueue: a Job asking 1 GPU is suspended by Kueue's webhook,
+gets a Workload, is admitted and let go, and its pod is bound to a GPU node; a Job asking 2
+more waits, its pods not yet created, with Kueue's own reason on its Workload. What Kueue
+says is recorded here as it says it: the cluster view's reasons are to join them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from control_plane import ControlPlane, run_control_plane
+from kueue import Kueue, run_kueue
+
+from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
+from support import wait_until
+
+pytestmark = pytest.mark.k8s
+
+GPU = "nvidia.com/gpu"
+V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
+V1BETA1 = "/apis/kueue.x-k8s.io/v1beta1"
+FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "gpu-h100", "gpu-cq", "gpu-lq"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Kueue]]:
+    with (
+        run_control_plane(
+            tmp_path_factory.mktemp("control-plane"),
+            scheduler=True,
+            controllers=("serviceaccount", "job", "garbagecollector"),
+        ) as plane,
+        run_kueue(plane, tmp_path_factory.mktemp("kueue")) as kueue,
+    ):
+        yield plane, kueue
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _namespace(plane: ControlPlane) -> str:
+    name = _name("team")
+    plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    wait_until(
+        lambda: (
+            plane.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200
+        ),
+        what="the namespace's default ServiceAccount",
+    )
+    return name
+
+
+def _queues(plane: ControlPlane, namespace: str, gpus: int) -> None:
+    """A ResourceFlavor for the H100 nodes, a ClusterQueue with `gpus` of them, a LocalQueue."""
+    plane.ok(
+        "POST",
+        f"{V1BETA2}/resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR},
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        },
+    )
+    plane.ok(
+        "POST",
+        f"{V1BETA2}/clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [
+                            {"name": FLAVOR, "resources": [{"name": GPU, "nominalQuota": gpus}]}
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    plane.ok(
+        "POST",
+        f"{V1BETA2}/namespaces/{namespace}/localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        },
+    )
+
+    def active() -> bool:
+        cq = plane.ok("GET", f"{V1BETA2}/clusterqueues/{CLUSTER_QUEUE}")
+        conditions = (cq.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    wait_until(active, what="the ClusterQueue Active")
+
+
+def _gpu_job(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "registry.invalid/train:1",
+                            "resources": {"limits": {GPU: str(gpus)}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def _workload_of(plane: ControlPlane, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The Workload Kueue made for `job` (its owner reference is the Job)."""
+
+    def found() -> dict[str, Any] | None:
+        items = plane.ok("GET", f"{V1BETA2}/namespaces/{namespace}/workloads")["items"]
+        for workload in items:
+            owners = workload["metadata"].get("ownerReferences") or []
+            if any(o["uid"] == job["metadata"]["uid"] for o in owners):
+                return workload  # type: ignore[no-any-return]
+        return None
+
+    return wait_until(found, what=f"a Workload for Job {job['metadata']['name']}")
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+def _pods(plane: ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
+    path = f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3D{job}"
+    return plane.ok("GET", path)["items"]  # type: ignore[no-any-return]
+
+
+def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
+    bench: tuple[ControlPlane, Kueue],
+) -> None:
+    plane, kueue = bench
+    for _ in range(2):
+        node = make_node(_name("h100"), 8)
+        del node["metadata"]["uid"]
+        plane.ok("POST", "/api/v1/nodes", node)
+    namespace = _namespace(plane)
+    _queues(plane, namespace, gpus=2)
+    jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+    # within quota: suspended by the webhook on creation, admitted, let go, placed
+    first = plane.ok("POST", jobs, _gpu_job("fits", 1))
+    assert first["spec"]["suspend"] is True, "Kueue's mutating webhook suspends a queued Job"
+    workload = _workload_of(plane, namespace, first)
+    assert workload["spec"]["queueName"] == LOCAL_QUEUE
+    assert workload["spec"]["podSets"][0]["count"] == 1
+
+    first_path = f"{V1BETA2}/namespaces/{namespace}/workloads/{workload['metadata']['name']}"
+
+    def admitted() -> dict[str, Any] | None:
+        wl = plane.ok("GET", first_path)
+        done = _condition(wl, "Admitted")
+        return wl if done and done["status"] == "True" else None
+
+    wl = wait_until(admitted, what="the first Workload admitted")
+    reserved = _condition(wl, "QuotaReserved")
+    assert reserved is not None and reserved["status"] == "True", wl["status"]
+    admission = wl["status"]["admission"]
+    assert admission["clusterQueue"] == CLUSTER_QUEUE
+    assert admission["podSetAssignments"][0]["flavors"] == {GPU: FLAVOR}
+    assert admission["podSetAssignments"][0]["resourceUsage"] == {GPU: "1"}
+    wait_until(
+        lambda: plane.ok("GET", f"{jobs}/fits")["spec"]["suspend"] is False,
+        what="the admitted Job unsuspended",
+    )
+    pods = wait_until(
+        lambda: [p for p in _pods(plane, namespace, "fits") if p["spec"].get("nodeName")],
+        what="the admitted Job's pod bound by the scheduler",
+    )
+    assert pods[0]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, (
+        "Kueue injects the flavor's node labels"
+    )
+
+    # over quota: 1 of 2 used, 2 more asked: the Workload waits, and the Job has no pods
+    second = plane.ok("POST", jobs, _gpu_job("waits", 2))
+    waiting = _workload_of(plane, namespace, second)
+    path = f"{V1BETA2}/namespaces/{namespace}/workloads/{waiting['metadata']['name']}"
+
+    def refused() -> dict[str, Any] | None:
+        condition = _condition(plane.ok("GET", path), "QuotaReserved")
+        return condition if condition and condition["status"] == "False" else None
+
+    condition = wait_until(refused, what="the second Workload's QuotaReserved=False")
+    # Kueue v0.17.0's words (the reasons of 0.19+, WaitingForQuota …, are not in it yet)
+    assert condition["reason"] == "Pending", condition
+    assert condition["message"] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for "
+        f"{GPU} in flavor {FLAVOR}, 1 more needed"
+    ), condition
+    assert plane.ok("GET", f"{jobs}/waits")["spec"]["suspend"] is True
+    assert _pods(plane, namespace, "waits") == []
+    assert _condition(plane.ok("GET", path), "Admitted") is None
+
+    # the ClusterQueue's status follows on its own (Kueue updates it apart from the Workloads)
+    def counted() -> dict[str, Any] | None:
+        cq = plane.ok("GET", f"{V1BETA2}/clusterqueues/{CLUSTER_QUEUE}")["status"]
+        return cq if (cq.get("pendingWorkloads"), cq.get("admittedWorkloads")) == (1, 1) else None
+
+    cq = wait_until(counted, what="the ClusterQueue's status: 1 pending, 1 admitted")
+    assert cq["flavorsUsage"] == [
+        {"name": FLAVOR, "resources": [{"name": GPU, "total": "1", "borrowed": "0"}]}
+    ], cq
+
+    # the deprecated v1beta1 is still served, through Kueue's conversion webhook
+    old = plane.ok("GET", f"{V1BETA1}/clusterqueues/{CLUSTER_QUEUE}")
+    assert old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert old["spec"]["resourceGroups"][0]["flavors"][0]["name"] == FLAVOR
+    assert kueue.version in kueue.log_tail(10**6), "the built Kueue logs its pinned version"
