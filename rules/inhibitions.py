@@ -1,7 +1,9 @@
 """Alertmanager inhibit rules: one notification per root cause.
 
 A lost GPU also raises its Xid 79, its workload's idle alert and the node's "not advertised";
-an overheating GPU also throttles; an uncorrectable ECC error comes with Xid 48; an exporter
+an overheating GPU also throttles; an uncorrectable ECC error comes with Xid 48; a node that
+needs a restart makes its GPUs' resets moot, and a GPU reset its applications' restarts (the
+actions of NVIDIA's Xid catalog, one alert each); an exporter
 that is down or blind makes every GPU alert of its node meaningless. Each pair below lets the
 cause silence its consequences while the cause fires, matched on the labels that tie them to
 the same GPU (`uuid` and the node), the same node, or the same workload — and the cluster when
@@ -42,8 +44,14 @@ BLIND_EXPORTER = ("KubeGpuExporterDown", "KubeGpuExporterNvmlDown", "KubeGpuExpo
 # One alert per workload, keyed by its namespace and `workload` (and `owner_kind` where the
 # exporter watches pods), not by node or GPU.
 WORKLOAD_ALERTS = (GPU_ALLOCATED_IDLE.name,)
-# Xids that an uncorrectable ECC error raises by itself (double-bit error, containment).
+# Xids that an uncorrectable ECC error raises by itself (double-bit error, containment), and
+# the Xid alerts that carry them by default.
 ECC_XIDS = "48|94|95"
+XID_ALERTS = ("GPUXidApplicationErrors", "GPUXidErrors", "GPUXidWorkflow", "GPUXidInvestigate")
+# What an action of NVIDIA's Xid catalog makes moot: a node restart resets every GPU of the
+# node (and restarts its applications); a GPU reset restarts the GPU's applications.
+REBOOT_MOOTS = XID_ALERTS
+RESET_MOOTS = ("GPUXidApplicationErrors", "GPUXidInvestigate")
 
 
 def _names(names: tuple[str, ...] | list[str]) -> str:
@@ -86,7 +94,17 @@ def inhibit_rules(cfg: ConfigView) -> list[dict[str, Any]]:
         },
         {
             "source_matchers": ['alertname="GPUEccUncorrectable"'],
-            "target_matchers": ['alertname="GPUXidErrors"', f'xid=~"{ECC_XIDS}"'],
+            "target_matchers": [f'alertname=~"{_names(XID_ALERTS)}"', f'xid=~"{ECC_XIDS}"'],
+            "equal": list(device),
+        },
+        {
+            "source_matchers": ['alertname="GPUXidRebootRequired"'],
+            "target_matchers": [f'alertname=~"{_names(REBOOT_MOOTS)}"'],
+            "equal": list(node),
+        },
+        {
+            "source_matchers": ['alertname="GPUXidErrors"'],
+            "target_matchers": [f'alertname=~"{_names(RESET_MOOTS)}"'],
             "equal": list(device),
         },
         {

@@ -1,87 +1,137 @@
-"""Xid codes: the one table of what each code is called, what it means, and whose fault it is.
+"""Xid codes: NVIDIA's Xid catalog, loaded from the versioned table beside this module.
 
-Three readers used to keep their own copy: the dcgm-exporter compatibility layer (`err_msg`, and
-which code counts as "last" when several arrive at once), the alert settings (the default code
-lists of GPUXidErrors and GPUXidApplicationErrors) and the runbooks (a table of meanings). A code
-added or reclassified here reaches all three.
+The table (xid_catalog.csv; docs/xid-catalog.md says where it comes from and how to refresh it)
+gives each code the catalog's immediate action. The alerts are one per action class, so that
+what pages, and whom, follows NVIDIA's answer rather than a hand-kept list; the dcgm-exporter
+compatibility layer reads the names, the runbooks the descriptions. A code added or
+reclassified in the table reaches all of them.
 
-`kind` sorts a code by the action it calls for: `hardware` Xids need a reset, a drain or an RMA
-(GPUXidErrors, critical); `application` Xids are the fault of the program on the GPU
-(GPUXidApplicationErrors, info); the rest are named for dcgm-exporter but watched by no alert.
+An empty cell is a fact the table does not record yet: it stays empty (unknown), never a
+default.
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from importlib import resources
+from types import MappingProxyType
+from typing import Final, Literal
 
-XidKind = Literal["hardware", "application"]
-HARDWARE: XidKind = "hardware"
-APPLICATION: XidKind = "application"
+TABLE = "xid_catalog.csv"
+
+# What an alert asks someone to do. `restart_app`: the workload's owners; the rest: the
+# platform team. `ignore` and None (no action recorded) raise no alert.
+ActionClass = Literal["restart_app", "reset_gpu", "reboot", "workflow", "investigate", "ignore"]
+ACTION_CLASSES: Final[tuple[ActionClass, ...]] = (
+    "restart_app",
+    "reset_gpu",
+    "reboot",
+    "workflow",
+    "investigate",
+    "ignore",
+)
+
+# The catalog's immediate actions → their class. WORKFLOW stands for any of the catalog's
+# WORKFLOW_* actions where the table does not record which; RECOVERY_ACTION is Xid 154's (the
+# action is the one NVML reports). An action not here fails the table's load: a person decides
+# its class.
+IMMEDIATE_CLASS: Final[Mapping[str, ActionClass]] = MappingProxyType(
+    {
+        "RESTART_APP": "restart_app",
+        "RESET_GPU": "reset_gpu",
+        "RESTART_BM": "reboot",
+        "RESTART_VM": "reboot",
+        "WORKFLOW": "workflow",
+        "RECOVERY_ACTION": "workflow",
+        "IGNORE": "ignore",
+    }
+)
+
+
+def action_class(immediate: str) -> ActionClass | None:
+    """The class of a catalog's immediate action; every WORKFLOW_* is one class (the runbook
+    says to follow the code's entry). None for "" and for an action no class knows."""
+    return IMMEDIATE_CLASS.get("WORKFLOW" if immediate.startswith("WORKFLOW_") else immediate)
 
 
 @dataclass(frozen=True, slots=True)
 class Xid:
     code: int
-    kind: XidKind | None  # None: named for dcgm-exporter, watched by no alert by default
-    name: str  # NVIDIA's Xid catalog name: dcgm-exporter's `err_msg`
-    meaning: str  # the runbooks' explanation; "" for a code no alert watches by default
+    mnemonic: str  # the catalog's, "" where not recorded
+    immediate_action: str  # the catalog's (IMMEDIATE_CLASS's keys), "" where not recorded
+    investigatory_action: str  # the catalog's (e.g. CONTACT_SUPPORT), "" where none recorded
+    architectures: str  # the catalog's, "" where not recorded
+    name: str  # NVIDIA's short name: dcgm-exporter's `err_msg`; "" where not recorded
+    meaning: str  # the runbooks' explanation, in our words; "" where not written
+
+    @property
+    def action(self) -> ActionClass | None:
+        """The class of what the catalog asks for: an ignored code that the catalog asks to
+        investigate with NVIDIA's support is `investigate`; None where nothing is recorded."""
+        if self.investigatory_action == "CONTACT_SUPPORT" and self.immediate_action in (
+            "",
+            "IGNORE",
+        ):
+            return "investigate"
+        return action_class(self.immediate_action)
 
 
-# One row a code, two lines a row (code, kind, name / meaning).
-# fmt: off
-XIDS: tuple[Xid, ...] = (
-    Xid(13, APPLICATION, "Graphics Engine Exception",
-        "graphics engine exception: the program faulted (bad kernel, out-of-bounds access)"),
-    Xid(31, APPLICATION, "GPU memory page fault",
-        "GPU memory page fault: the program touched memory it does not own (MMU fault)"),
-    Xid(32, None, "Invalid or corrupted push buffer stream",
-        ""),
-    Xid(43, APPLICATION, "GPU stopped processing",
-        "GPU stopped processing: the program's context was stopped after a fault"),
-    Xid(45, APPLICATION, "Preemptive cleanup, due to previous errors",
-        "preemptive cleanup: the driver tore down a context after a previous error or a kill"),
-    Xid(48, HARDWARE, "Double Bit ECC Error",
-        "double-bit ECC error: uncorrectable memory error"),
-    Xid(61, None, "Internal micro-controller breakpoint/warning",
-        ""),
-    Xid(62, HARDWARE, "Internal micro-controller halt",
-        "internal micro-controller halt"),
-    Xid(63, None, "ECC page retirement or row remapping recording event",
-        ""),
-    Xid(64, HARDWARE, "ECC page retirement or row remapper recording failure",
-        "ECC page retirement or row-remapping failure"),
-    Xid(68, APPLICATION, "NVDEC0 Exception",
-        "video decoder (NVDEC) exception"),
-    Xid(69, None, "Graphics Engine class error",
-        ""),
-    Xid(74, HARDWARE, "NVLINK Error",
-        "NVLink error"),
-    Xid(79, HARDWARE, "GPU has fallen off the bus",
-        "GPU has fallen off the bus"),
-    Xid(92, HARDWARE, "High single-bit ECC error rate",
-        "high single-bit ECC error rate"),
-    Xid(94, HARDWARE, "Contained ECC error",
-        "contained ECC error: the affected application was killed, the GPU goes on"),
-    Xid(95, HARDWARE, "Uncontained ECC error",
-        "uncontained ECC error: every application on the GPU is affected, reset needed"),
-    Xid(109, APPLICATION, "Context Switch Timeout Error",
-        "context switch timeout"),
-    Xid(119, HARDWARE, "GSP RPC Timeout",
-        "GSP RPC timeout: the GPU System Processor stopped answering"),
-    Xid(120, HARDWARE, "GSP Error",
-        "GSP error"),
-)
-# fmt: on
+def load(text: str) -> tuple[Xid, ...]:
+    """The rows of a catalog table (comment lines start with `#`), checked: one row per code,
+    in ascending order, and only immediate actions the classes know."""
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    rows = tuple(
+        Xid(
+            code=int(r["xid"]),
+            mnemonic=r["mnemonic"],
+            immediate_action=r["immediate_action"],
+            investigatory_action=r["investigatory_action"],
+            architectures=r["architectures"],
+            name=r["name"],
+            meaning=r["description"],
+        )
+        for r in csv.DictReader(lines)
+    )
+    codes = [x.code for x in rows]
+    if codes != sorted(set(codes)):
+        raise ValueError(f"{TABLE}: codes must be unique and ascending")
+    unknown = {x.immediate_action for x in rows if x.immediate_action} - {
+        x.immediate_action for x in rows if action_class(x.immediate_action)
+    }
+    if unknown:
+        raise ValueError(f"{TABLE}: unknown immediate actions {sorted(unknown)}")
+    return rows
 
 
-def codes(kind: XidKind) -> tuple[int, ...]:
-    """The codes of one kind, in ascending order (as the thresholds file lists them)."""
-    return tuple(x.code for x in XIDS if x.kind == kind)
+def header_fact(text: str, key: str) -> str:
+    """A `# Key: value.` fact of the table's comment header (its date, its version)."""
+    for line in text.splitlines():
+        if line.startswith("#") and f"{key}:" in line:
+            return line.split(f"{key}:", 1)[1].strip().split(" ", 1)[0].rstrip(".")
+    raise ValueError(f"{TABLE}: no {key!r} in its header")
 
 
-HARDWARE_XIDS: tuple[int, ...] = codes(HARDWARE)
-APPLICATION_XIDS: tuple[int, ...] = codes(APPLICATION)
-XID_NAMES: Mapping[int, str] = {x.code: x.name for x in XIDS}
+_TEXT = resources.files(__package__).joinpath(TABLE).read_text(encoding="utf-8")
+XIDS: tuple[Xid, ...] = load(_TEXT)
+CATALOG_CHECKED: Final = header_fact(_TEXT, "Catalog checked")
+CATALOG_VERSION: Final = header_fact(_TEXT, "Table version")
+BY_CODE: Mapping[int, Xid] = MappingProxyType({x.code: x for x in XIDS})
+
+
+def codes(action: ActionClass) -> tuple[int, ...]:
+    """The codes of one action class, in ascending order (as the thresholds file lists them)."""
+    return tuple(x.code for x in XIDS if x.action == action)
+
+
+APPLICATION_XIDS: tuple[int, ...] = codes("restart_app")
+RESET_XIDS: tuple[int, ...] = codes("reset_gpu")
+REBOOT_XIDS: tuple[int, ...] = codes("reboot")
+WORKFLOW_XIDS: tuple[int, ...] = codes("workflow")
+INVESTIGATE_XIDS: tuple[int, ...] = codes("investigate")
+# The codes that need the platform team (a reset, a reboot, a workflow): dcgm-exporter's
+# "last" Xid prefers them.
+HARDWARE_XIDS: tuple[int, ...] = tuple(sorted((*RESET_XIDS, *REBOOT_XIDS, *WORKFLOW_XIDS)))
+XID_NAMES: Mapping[int, str] = {x.code: x.name for x in XIDS if x.name}
 XID_MEANINGS: Mapping[int, str] = {x.code: x.meaning for x in XIDS if x.meaning}

@@ -91,9 +91,12 @@ def run(args: argparse.Namespace) -> int:
         file_errors,
     )
     from kube_gpu_exporter.rules.config import load_config
+    from kube_gpu_exporter.rules.xid_actions import xid_warnings
 
     try:
         cfg = load_config(args.config)
+        for line in xid_warnings(cfg):  # overrides of NVIDIA's Xid catalog: allowed, never unseen
+            print(f"{PROG}: warning: {line}", file=sys.stderr)
         if args.helm_values:  # that file alone (helm_chart.py)
             for line in (stale := write_values(cfg, args.helm_values, args.check)):
                 print(f"{PROG}: {line}", file=sys.stderr)

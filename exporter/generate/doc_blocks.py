@@ -30,9 +30,10 @@ from kube_gpu_exporter.rules.alerts import alert_groups
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.model import AlertRule
 from kube_gpu_exporter.rules.recording import recording_groups
+from kube_gpu_exporter.rules.xid_actions import xid_table
 
 # The docs that carry blocks, relative to the folder `generate` writes deploy/ in.
-DOC_FILES = ("README.md", "docs/metrics.md", "docs/troubleshooting.md")
+DOC_FILES = ("README.md", "docs/metrics.md", "docs/troubleshooting.md", "docs/xid-catalog.md")
 BLOCK = re.compile(r"(<!-- generate:([a-z-]+) -->)(.*?)(<!-- /generate:\2 -->)", re.DOTALL)
 WIDTH = 100
 
@@ -138,6 +139,7 @@ RENDERERS: Mapping[str, Callable[[Config], str]] = {
     "alert-groups": _alert_groups,
     "collection-error-kinds": _error_kinds,
     "fleet-cost": _fleet_cost,
+    "xid-catalog": xid_table,
 }
 
 

@@ -17,6 +17,7 @@ from kube_gpu_exporter.rules.alerts import (
     device_faults,
     device_health,
     device_links,
+    device_xids,
     exporter,
     exporter_allocatable,
     memory_leaks,
@@ -46,7 +47,13 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
     ),
     (
         "kube-gpu-exporter.devices",
-        (*device_clocks.SPECS, *device_faults.SPECS, *device_health.SPECS, *device_links.SPECS),
+        (
+            *device_clocks.SPECS,
+            *device_faults.SPECS,
+            *device_xids.SPECS,
+            *device_health.SPECS,
+            *device_links.SPECS,
+        ),
     ),
     ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
     ("kube-gpu-exporter.scheduling", (*scheduling.SPECS, *scheduling_disruptions.SPECS)),

@@ -1,6 +1,6 @@
-"""Device alerts, second part of group kube-gpu-exporter.devices: hardware faults — hardware
-Xids, uncorrectable ECC errors, a GPU that stopped answering. Each usually means draining the
-node and resetting the GPU, or an RMA.
+"""Device alerts, second part of group kube-gpu-exporter.devices: hardware faults —
+uncorrectable ECC errors, a GPU that stopped answering. Each usually means draining the node
+and resetting the GPU, or an RMA. The Xid alerts by action follow, in device_xids.py.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 from pydantic import Field
 
 from kube_gpu_exporter.exporter import catalog as c
-from kube_gpu_exporter.exporter.catalog.xid import HARDWARE_XIDS
 from kube_gpu_exporter.rules.alert_text import AlertText, device
 from kube_gpu_exporter.rules.alerts import xid_events as xe
 from kube_gpu_exporter.rules.promql import Query, agg, rose
@@ -28,7 +27,6 @@ from kube_gpu_exporter.rules.runbook_parts import (
     DRAIN,
     GPU_PODS,
     KERNEL_LOG,
-    NODE_GPUS,
     Runbook,
     find_node,
     on_node,
@@ -37,55 +35,6 @@ from kube_gpu_exporter.rules.runbook_parts import (
 from kube_gpu_exporter.rules.settings.alert import AlertSettings
 from kube_gpu_exporter.rules.settings.values import Duration, Severity
 from kube_gpu_exporter.rules.spec import AlertSpec
-
-# --- GPUXidErrors --------------------------------------------------------------------------------
-
-
-class HardwareXidAlert(xe.XidAlert):
-    severity: Severity = "critical"
-    xids: xe.XidList = HARDWARE_XIDS
-
-
-def _xid_runbook(a: HardwareXidAlert, q: Query) -> Runbook:
-    return Runbook(
-        meaning=(
-            f"The driver reported a hardware Xid (one of {xe.codes(a.xids)}) on "
-            f"the GPU in the last {a.window}:\n\n" + xe.table(a.xids) + "\n\n" + xe.XID_NEW_SERIES
-        ),
-        impact=(
-            "Work on the GPU has failed or will; several of these leave the GPU unusable "
-            "until it is reset (79, 95, 119, 120) and some mean the hardware is failing "
-            "(48, 64, 92)."
-        ),
-        diagnosis="\n\n".join(
-            (
-                promql(xe.counters(q), q.sel(c.GPU_UP, 'uuid="<uuid>"')),
-                find_node(q),
-                KERNEL_LOG,
-                NODE_GPUS,
-            )
-        ),
-        mitigation=(
-            "Cordon and drain the node so that no new work lands on the GPU:\n\n"
-            + DRAIN
-            + "\n\nThen reset the GPU (`nvidia-smi -r -i <gpu>` once no process holds it) or "
-            "reboot the node. For 48, 64, 92, 94 and 95 check `nvidia-smi -q -d "
-            "ROW_REMAPPER,PAGE_RETIREMENT`: pending remappings need a reset; a failed "
-            "remapping or a repeat after reset means an RMA — keep the node cordoned and "
-            "open a hardware ticket with the `nvidia-bug-report.sh` output."
-        ),
-    )
-
-
-GPU_XID_ERRORS = AlertSpec(
-    name="GPUXidErrors",
-    summary="A GPU reported a hardware Xid error.",
-    settings=HardwareXidAlert,
-    rule=xe.rule("hardware", "The GPU likely needs a reset, a node drain or an RMA."),
-    cases=xe.xid_case,
-    runbook=_xid_runbook,
-    holders=True,
-)
 
 # --- GPUEccUncorrectable -------------------------------------------------------------------------
 
@@ -301,4 +250,4 @@ GPU_LOST = AlertSpec(
     per_workload=True,
 )
 
-SPECS = (GPU_XID_ERRORS, GPU_ECC_UNCORRECTABLE, GPU_LOST)
+SPECS = (GPU_ECC_UNCORRECTABLE, GPU_LOST)

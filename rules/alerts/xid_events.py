@@ -1,7 +1,10 @@
-"""What the two Xid alerts share: GPUXidErrors (hardware, devices group) and
-GPUXidApplicationErrors (the program's fault, workloads group) watch the same counter for
-different code lists, so their settings, expression, promtool case and runbook table are
-written once here. Their default lists come from the catalog's Xid table.
+"""What the Xid alerts share: one alert per action of NVIDIA's Xid catalog —
+GPUXidApplicationErrors (restart the application, workloads group), GPUXidErrors (reset the
+GPU), GPUXidRebootRequired, GPUXidWorkflow and GPUXidInvestigate (devices group) — watch the
+same counter for different code lists, so their settings, expression, promtool case and runbook
+table are written once here. Their default lists come from the catalog's table
+(exporter/catalog/xid_catalog.csv); rules/xid_actions.py warns where a thresholds file's lists
+contradict it.
 """
 
 from __future__ import annotations
@@ -94,8 +97,8 @@ def table(xids: tuple[int, ...]) -> str:
 
 
 def other_xid(cfg: ConfigView, own: XidAlert) -> int:
-    """An Xid not in `own`'s list, for a series that must not fire: the first one the other
-    Xid alert watches (so each list is tested against the other), else 999."""
+    """An Xid not in `own`'s list, for a series that must not fire: the first one another Xid
+    alert watches (so each list is tested against the others), else 999."""
     alerts = cfg.alerts
     settings = (getattr(alerts, name) for name in type(alerts).model_fields)
     others = (x for a in settings if isinstance(a, XidAlert) and a is not own for x in a.xids)

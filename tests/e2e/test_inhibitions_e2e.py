@@ -5,10 +5,11 @@ Alerts are posted to Alertmanager's API as Prometheus would send them; the webho
 records what reaches people. A lost GPU with its Xid 79, its holder's idle workload alert and
 its node's missing device must notify once; so must a lost time-sliced GPU, whose GPULost
 fires once per sharing workload, with every sharer's idle alert; an overheating GPU's
-throttling, an ECC error's Xid 48 and a down exporter's GPU alerts stay silent; the same kind
-of alert on another GPU, node or workload still comes. The lost GPUs and the idle workloads
-carry exactly the labels their promtool cases prove the generated rules give them — the idle
-alert is one per workload, with no node or GPU label to match on.
+throttling, an ECC error's Xids 48 and 94, the resets a node's restart makes moot, the
+application Xids a GPU's reset makes moot and a down exporter's GPU alerts stay silent; the
+same kind of alert on another GPU, node or workload still comes. The lost GPUs and the idle
+workloads carry exactly the labels their promtool cases prove the generated rules give them —
+the idle alert is one per workload, with no node or GPU label to match on.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ SHARER_IDLE = [idle_of(a) for a in SHARED + REPLICAS]
 POSTED = [
     # GPU X on node n1 is lost: everything else about it and its node is a consequence.
     raised("GPULost", LOST | {"instance": "n1", "uuid": "X"}),
-    alert("GPUXidErrors", instance="n1", uuid="X", xid="79"),
+    alert("GPUXidRebootRequired", instance="n1", uuid="X", xid="79"),
     raised("GPUAllocatedIdle", IDLE_HOLDER),
     raised("GPUAllocatedIdle", IDLE_OTHER),
     alert("GPUPartiallyAdvertised", instance="n1"),
@@ -105,10 +106,18 @@ POSTED = [
     # GPU Y on n1 overheats and therefore throttles.
     alert("GPUTemperatureHigh", instance="n1", uuid="Y"),
     alert("GPUThermalThrottling", instance="n1", uuid="Y"),
-    # GPU Z on n2: an uncorrectable ECC error and its Xid 48; GPU W on n2: an unrelated Xid 79.
+    # GPU Z on n2: an uncorrectable ECC error and its Xids 48 and 94; GPU W on n2: an
+    # unrelated Xid 109 (reset the GPU), which makes W's application Xid moot, not S's.
     alert("GPUEccUncorrectable", instance="n2", uuid="Z"),
-    alert("GPUXidErrors", instance="n2", uuid="Z", xid="48"),
-    alert("GPUXidErrors", instance="n2", uuid="W", xid="79"),
+    alert("GPUXidWorkflow", instance="n2", uuid="Z", xid="48"),
+    alert("GPUXidApplicationErrors", instance="n2", uuid="Z", xid="94"),
+    alert("GPUXidErrors", instance="n2", uuid="W", xid="109"),
+    alert("GPUXidApplicationErrors", instance="n2", uuid="W", xid="13"),
+    alert("GPUXidApplicationErrors", instance="n2", uuid="S", xid="13"),
+    # n5 needs a restart (Xid 79 on U): the reset T asks for is moot; n2's is not.
+    alert("GPUXidRebootRequired", instance="n5", uuid="U", xid="79"),
+    alert("GPUXidErrors", instance="n5", uuid="T", xid="109"),
+    alert("GPUXidInvestigate", instance="n5", uuid="T", xid="92"),
     # n3's exporter is down: its last GPU alerts say nothing.
     alert("KubeGpuExporterDown", instance="n3"),
     alert("GPUThermalThrottling", instance="n3", uuid="V"),
@@ -122,6 +131,8 @@ EXPECTED = {
     ("GPUTemperatureHigh", "Y"),
     ("GPUEccUncorrectable", "Z"),
     ("GPUXidErrors", "W"),
+    ("GPUXidApplicationErrors", "S"),
+    ("GPUXidRebootRequired", "U"),
     ("KubeGpuExporterDown", "n3"),
     ("GPUMissing", "n4"),
     ("GPUAllocatedIdle", IDLE_OTHER["workload"]),

@@ -639,14 +639,15 @@ def test_xid_gauge_holds_the_last_xid_as_dcgm_exporter_does() -> None:
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        *(pytest.param(x.code, x.name, id=f"xid{x.code}") for x in XIDS),
+        *(pytest.param(x.code, x.name, id=f"xid{x.code}") for x in XIDS if x.name),
         pytest.param(0, "No Error", id="none"),
-        pytest.param(154, "Unknown Error", id="uncatalogued"),
+        pytest.param(154, "Unknown Error", id="unnamed"),  # in the catalog, with no old name
+        pytest.param(999, "Unknown Error", id="uncatalogued"),
     ],
 )
 @pytest.mark.parametrize("schema", dcgm.SCHEMAS)
 def test_err_msg_on_every_xid_code(schema: dcgm.Schema, code: int, message: str) -> None:
-    """Every code in the Xid catalog carries its name; 0 and codes the catalog does not name get
+    """Every code the Xid table names carries its name; 0 and codes it does not name get
     dcgm-exporter's own texts. The label is never missing."""
     body = full_node_body(schema, xids={code: 1} if code else None)
     xid_name = "DCGM_FI_DEV_XID_ERROR" if schema == "4.9" else "DCGM_FI_DEV_XID_ERRORS"

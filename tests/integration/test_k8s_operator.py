@@ -68,7 +68,7 @@ ALERTMANAGER = "main"
 NODE = """
 devices:
   - uuid: GPU-11111111-0000-4000-8000-000000000000
-    timeline: [{at: 1, xid: [79]}]
+    timeline: [{at: 1, xid: [109]}]
   - uuid: GPU-22222222-0000-4000-8000-000000000000
 """
 JOB = f"serviceMonitor/{EXPORTER_NS}/{RELEASE_NAME}/0"  # the operator's job name for it
@@ -388,7 +388,7 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
                 (firing,) = prom.wait_for(
                     'ALERTS{alertname="GPUXidErrors", alertstate="firing"}', timeout=30
                 )
-                assert firing["metric"]["xid"] == "79"
+                assert firing["metric"]["xid"] == "109"
 
                 def delivered() -> dict[str, Any] | None:
                     got = [a for n in hook.notifications for a in n["alerts"]]

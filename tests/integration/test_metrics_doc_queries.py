@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from kube_gpu_exporter.exporter.catalog import BY_NAME
-from kube_gpu_exporter.exporter.catalog.xid import HARDWARE_XIDS
+from kube_gpu_exporter.exporter.catalog.xid import REBOOT_XIDS, RESET_XIDS
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.promql import Query, agg
 from kube_gpu_exporter.rules.promql_names import metric_names
@@ -60,11 +60,12 @@ def squeezed(query: str) -> str:
 
 
 def test_the_xid_queries_count_as_the_alerts_do() -> None:
-    """The hand-written hardware-Xid queries (the section's block and the table's row) are
+    """The hand-written critical-Xid queries (the section's block and the table's row) are
     the alerts' count of Xid events (rules/xid_query.py) over an hour, without the job
     selector: one that lacked an arm the alerts gained (the `offset` one, which keeps an event
     to the window's end on Prometheus 3) answered differently from the alert it explains."""
-    codes = f'xid=~"{"|".join(map(str, HARDWARE_XIDS))}"'
+    critical = sorted((*RESET_XIDS, *REBOOT_XIDS))  # GPUXidErrors' and GPUXidRebootRequired's
+    codes = f'xid=~"{"|".join(map(str, critical))}"'
     events = xid_events(Query(Config()), "1h", "3600", codes)
     expected = agg("max", ("instance", "gpu", "uuid", "xid"), events)
     expected = squeezed(expected).replace('job="kube-gpu-exporter",', "")

@@ -74,7 +74,8 @@ def test_descriptions_repeat_the_thresholds() -> None:
         "GPUTemperatureHigh": "85 °C",
         "GPUMemoryLeaked": "1GiB",
         "KubeGpuExporterStale": "2m",
-        "GPUXidErrors": "79",
+        "GPUXidErrors": "109",
+        "GPUXidRebootRequired": "79",
         "GPUXidApplicationErrors": "13",
         "GPUEccUncorrectable": "10m",
     }

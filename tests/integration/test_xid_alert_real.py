@@ -19,7 +19,7 @@ NODE = Scenario.parse(
     """
 devices:
   - uuid: GPU-11111111-0000-4000-8000-000000000000
-    timeline: [{at: 10, xid: [79]}]
+    timeline: [{at: 10, xid: [109]}]
   - uuid: GPU-22222222-0000-4000-8000-000000000000
 """
 )
@@ -42,5 +42,5 @@ def test_a_first_xid_fires_gpuxiderrors(
         assert prom.query('ALERTS{alertname="GPUXidErrors"}') == []
         write_state(state, NODE.state_at(10))
         (firing,) = prom.wait_for('ALERTS{alertname="GPUXidErrors", alertstate="firing"}')
-        assert (firing["metric"]["gpu"], firing["metric"]["xid"]) == ("0", "79")
+        assert (firing["metric"]["gpu"], firing["metric"]["xid"]) == ("0", "109")
         assert prom.query("nvidia_gpu_xid_errors_total")[0]["value"] == 1

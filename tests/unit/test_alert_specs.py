@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kube_gpu_exporter.exporter.catalog.xid import APPLICATION_XIDS, HARDWARE_XIDS
+from kube_gpu_exporter.exporter.catalog import xid
 from kube_gpu_exporter.rules import alerts
 from kube_gpu_exporter.rules.alerts import BY_NAME, GROUPS, SPECS, all_alerts
-from kube_gpu_exporter.rules.alerts.device_faults import GPU_XID_ERRORS
+from kube_gpu_exporter.rules.alerts.device_xids import SPECS as DEVICE_XID_SPECS
 from kube_gpu_exporter.rules.alerts.workload_xids import GPU_XID_APPLICATION_ERRORS
 from kube_gpu_exporter.rules.config import Config
 from kube_gpu_exporter.rules.promql import Query
@@ -119,9 +119,16 @@ def test_the_readme_lists_every_alert() -> None:
 
 
 def test_xid_defaults_are_the_catalogs() -> None:
-    assert GPU_XID_ERRORS.defaults.xids == HARDWARE_XIDS
-    assert GPU_XID_APPLICATION_ERRORS.defaults.xids == APPLICATION_XIDS
-    assert not set(HARDWARE_XIDS) & set(APPLICATION_XIDS)
+    """One Xid alert per action of the catalog, its default codes the catalog's, no code in
+    two (tests/unit/test_xid_catalog.py holds the actions to the catalog)."""
+    reset, reboot, workflow, investigate = DEVICE_XID_SPECS
+    assert GPU_XID_APPLICATION_ERRORS.defaults.xids == xid.APPLICATION_XIDS
+    assert reset.defaults.xids == xid.RESET_XIDS
+    assert reboot.defaults.xids == xid.REBOOT_XIDS
+    assert workflow.defaults.xids == xid.WORKFLOW_XIDS
+    assert investigate.defaults.xids == xid.INVESTIGATE_XIDS
+    lists = [s.defaults.xids for s in (GPU_XID_APPLICATION_ERRORS, *DEVICE_XID_SPECS)]
+    assert len({c for codes in lists for c in codes}) == sum(map(len, lists))
 
 
 # Per-device alerts join the single holder themselves (memory) or through `holders=True`;

@@ -29,8 +29,8 @@ def test_defaults_are_the_fields():
     assert cfg.selectors.exporter == 'job="kube-gpu-exporter"'
     assert cfg.labels.node == "instance"
     assert cfg.prometheus_rule.labels == {"release": "kube-prometheus-stack"}
-    assert set(cfg.alerts.GPUXidErrors.xids) == {48, 62, 64, 74, 79, 92, 94, 95, 119, 120}
-    assert set(cfg.alerts.GPUXidApplicationErrors.xids) == {13, 31, 43, 45, 68, 109}
+    assert 109 in cfg.alerts.GPUXidErrors.xids  # NVIDIA's Xid catalog: reset the GPU
+    assert 94 in cfg.alerts.GPUXidApplicationErrors.xids  # the catalog: restart the application
 
 
 def test_no_file_means_defaults():
