@@ -10,9 +10,11 @@ pipe: EOF"); no registry, so the sandbox image and the pods' image are the local
 (local_image.py) imported from a docker-archive with `ctr images import`, and pods say
 `imagePullPolicy: Never`.
 
-Everything of the node lives under its work folder: containerd's root, state, socket and
-config; the kubelet's `--root-dir` (the pod-resources socket is
-`<root>/pod-resources/kubelet.sock`), certificates, config and logs. Two things are fixed
+Everything of the node lives in folders of its own: containerd's root, state, socket and
+config and the kubelet's `--root-dir` (the pod-resources socket is
+`<root>/pod-resources/kubelet.sock`) in a short temporary folder (`/tmp/kge-node-*`: a unix
+socket's path has at most 107 bytes, which a pytest-xdist worker's folder overruns),
+certificates, configuration and logs in the test's work folder. Two things are fixed
 paths of the kubelet's own and so shared by every node on the machine: the device-plugin
 folder `/var/lib/kubelet/device-plugins/` (k8s.io/kubelet's DevicePluginPath) and the cgroup
 hierarchy's `kubepods` folders; one node runs at a time (a lock file makes a second wait).
@@ -28,8 +30,8 @@ traffic to it (no probes, no exec or logs through the API server).
 
 Teardown: the node's pods are deleted (the kubelet stops their containers), the kubelet
 stops, every task and container containerd still holds is killed and removed with `ctr`,
-whatever is still mounted under the work folder is unmounted (so pytest can delete it),
-containerd stops and the bridge is removed.
+whatever is still mounted under the short folder is unmounted, containerd stops, the
+bridge and the short folder are removed.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +77,14 @@ class RealNode:
     root_dir: Path
     containerd_socket: Path
     logs: dict[str, Path] = field(default_factory=dict)
+    _restart_kubelet: Callable[[], None] | None = None
+
+    def restart_kubelet(self) -> None:
+        """Stop the kubelet (SIGTERM) and start it again with the same flags and folders, as
+        an upgrade or a crash does: its sockets are made anew, and its device-plugin folder
+        emptied but for its checkpoint. Returns once the Node is Ready again."""
+        assert self._restart_kubelet is not None, "not started by run_node"
+        self._restart_kubelet()
 
     @property
     def pod_resources_socket(self) -> Path:
@@ -279,8 +290,10 @@ def _unmount_under(folder: Path) -> None:
 
 
 def _start(
-    name: str, argv: Sequence[str], workdir: Path, stack: ExitStack, stop_timeout: float = 30
+    name: str, argv: Sequence[str], workdir: Path, stack: ExitStack | None
 ) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start `name` with its output appended to `workdir/<name>.log`; stopped when `stack`
+    closes (None: the caller stops it)."""
     log_path = workdir / f"{name}.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
@@ -290,18 +303,19 @@ def _start(
             stdin=subprocess.DEVNULL,
             cwd=workdir,
         )
-
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=stop_timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    stack.callback(stop)
+    if stack is not None:
+        stack.callback(_stop, proc)
     return proc, log_path
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _alive(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
@@ -338,16 +352,21 @@ def run_node(
     require_debian_packages()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    containerd_dir = workdir / "containerd"
-    root = workdir / "kubelet"
-    for folder in (containerd_dir / "cni", root / "manifests", root / "volume-plugins"):
-        folder.mkdir(parents=True, exist_ok=True)
-    socket = containerd_dir / "containerd.sock"
-    node = RealNode(name, plane, workdir, root, socket)
 
     with ExitStack() as stack:
         lock = stack.enter_context(_NODE_LOCK.open("w"))
         fcntl.flock(lock, fcntl.LOCK_EX)  # one node per machine: see the module's docstring
+        # a unix socket's path has at most 107 bytes, and a pytest-xdist worker's folder is
+        # long enough to pass it with containerd's; the sockets' folders are in a short one
+        short = Path(tempfile.mkdtemp(prefix="kge-node-"))
+        stack.callback(shutil.rmtree, short, ignore_errors=True)
+        stack.callback(_unmount_under, short)
+        containerd_dir = short / "containerd"
+        root = short / "kubelet"
+        for folder in (containerd_dir / "cni", root / "manifests", root / "volume-plugins"):
+            folder.mkdir(parents=True, exist_ok=True)
+        socket = containerd_dir / "containerd.sock"
+        node = RealNode(name, plane, workdir, root, socket)
 
         # the one CNI network (Debian's bridge and host-local plugins): a bridge of the node's
         # own with no address on this side, no gateway, no masquerading, pods in a /24 of
@@ -362,7 +381,6 @@ def run_node(
         containerd, node.logs["containerd"] = _start(
             "containerd", ["containerd", "--config", str(config)], workdir, stack
         )
-        stack.callback(_unmount_under, workdir)
         stack.callback(_clear_containerd, node)
 
         def containerd_up() -> bool:
@@ -384,20 +402,17 @@ def run_node(
         kubelet_yaml = workdir / "kubelet-config.yaml"
         settings = _kubelet_config(root, socket, kubelet_config or {})
         kubelet_yaml.write_text(yaml.safe_dump(settings))
-        kubelet, node.logs["kubelet"] = _start(
-            "kubelet",
-            [
-                str(kubelet_bin),
-                f"--config={kubelet_yaml}",
-                f"--kubeconfig={kubeconfig}",
-                f"--root-dir={root}",
-                f"--cert-dir={workdir / 'kubelet-pki'}",
-                f"--hostname-override={name}",
-                "--v=2",
-            ],
-            workdir,
-            stack,
-        )
+        kubelet_argv = [
+            str(kubelet_bin),
+            f"--config={kubelet_yaml}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={root}",
+            f"--cert-dir={workdir / 'kubelet-pki'}",
+            f"--hostname-override={name}",
+            "--v=2",
+        ]
+        kubelet, node.logs["kubelet"] = _start("kubelet", kubelet_argv, workdir, None)
+        stack.callback(lambda: _stop(kubelet))  # the one running then: restart replaces it
         healthz = f"http://127.0.0.1:{settings['healthzPort']}/healthz"
 
         def ready() -> bool:
@@ -417,14 +432,41 @@ def run_node(
             except OSError:
                 return False
 
-        try:
-            wait_until(probe, timeout=timeout, what=f"node {name} Ready")
-        except BaseException:
-            print(node.log_tail("kubelet", 80))
-            raise
+        def wait_ready() -> None:
+            try:
+                wait_until(probe, timeout=timeout, what=f"node {name} Ready")
+            except BaseException:
+                print(node.log_tail("kubelet", 80))
+                raise
+
+        wait_ready()
+
+        def restart() -> None:
+            nonlocal kubelet
+            _stop(kubelet, timeout=60)
+            # the Node stays Ready in the API until the kubelet posts again: wait for a new
+            # heartbeat, not the old condition
+            before = _ready_heartbeat(node)
+            kubelet, _ = _start("kubelet", kubelet_argv, workdir, None)
+            wait_until(
+                lambda: _ready_heartbeat(node) not in ("", before) or None,
+                timeout=timeout,
+                what="the restarted kubelet's heartbeat",
+            )
+            wait_ready()
+
+        node._restart_kubelet = restart
         # stop pods the kubelet's own way first: their cgroups and mounts go with them
         stack.callback(_delete_pods, node)
         yield node
+
+
+def _ready_heartbeat(node: RealNode) -> str:
+    """The Ready condition's lastHeartbeatTime, or '' when it is not True."""
+    for condition in node.node().get("status", {}).get("conditions", []):
+        if condition["type"] == "Ready" and condition["status"] == "True":
+            return str(condition.get("lastHeartbeatTime", ""))
+    return ""
 
 
 def _delete_pods(node: RealNode) -> None:
@@ -437,7 +479,7 @@ def _delete_pods(node: RealNode) -> None:
             {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 1},
         )
     # the containers are removed with ctr next anyway
-    with contextlib.suppress(pytest.fail.Exception):
+    with contextlib.suppress(AssertionError):
         wait_until(
             lambda: not node.plane.ok("GET", on_node)["items"] or None,
             timeout=30,

@@ -10,7 +10,9 @@ NVML's GPUs of the demo scenario (four whole H100s, an A100 in MIG mode with a 3
 - Health: a critical Xid (79) on a whole GPU and on the MIG GPU drops them from allocatable
   (capacity stays), an application Xid (13) on another GPU does not.
 - Time-slicing with renameByDefault: four replicas of each whole GPU as
-  `nvidia.com/gpu.shared` (16), ids `<uuid>::<n>`, the container seeing the GPU's UUID.
+  `nvidia.com/gpu.shared` (16), ids `<uuid>::<n>`, the container seeing the GPU's UUID; after
+  a kubelet restart the plugin registers again, the replicas are back and the running pod
+  keeps its replica in the pod-resources List.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
     with (
         run_control_plane(tmp_path / "plane") as plane,
         run_node(plane, tmp_path / "node") as node,
-        run_plugin(tmp_path / "plugin", nvml_env, SHARED),
+        run_plugin(tmp_path / "plugin", nvml_env, SHARED) as plugin_log,
     ):
         _wait_resources(
             node,
@@ -158,3 +160,14 @@ def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
         matched = re.fullmatch(r"(GPU-[0-9a-f-]+)::([0-3])", replica)
         assert matched and matched[1] in whole, replica
         assert _container_env(node, "sliced")["NVIDIA_VISIBLE_DEVICES"] == matched[1]
+
+        # a kubelet restart: new sockets; the plugin registers again, the pod keeps its replica
+        node.restart_kubelet()
+        wait_until(
+            lambda: plugin_log.read_text().count("nvidia.com/gpu.shared: registered") >= 2,
+            timeout=60,
+            what="the plugin registered again",
+        )
+        _wait_resources(node, {"nvidia.com/gpu.shared": "16"}, "the replicas back")
+        assert _devices_by_pod(node)["sliced"] == {"nvidia.com/gpu.shared": [replica]}
+        assert node.wait_pod_phase("sliced")["status"]["containerStatuses"][0]["restartCount"] == 0
