@@ -195,7 +195,8 @@ class Listener:
             log.debug("client %s: over --web.max-connections; closing", client)
             self._refuse(sock, self._full)
             return
-        wire.start()
+        if wire.start():
+            wire.read_now()
 
     def _refuse(self, sock: socket.socket, answer: bytes) -> None:
         if self._ssl_context is None:
