@@ -6,7 +6,9 @@ NVML's GPUs of the demo scenario (four whole H100s, an A100 in MIG mode with a 3
 - Mixed MIG strategy: the Node's allocatable shows `nvidia.com/gpu: 4` and one of each
   `nvidia.com/mig-<profile>`; pods asking for `nvidia.com/gpu: 1` and `nvidia.com/mig-2g.10gb:
   1` are admitted and run, the kubelet's pod-resources List names the allocated ids (a GPU
-  UUID, the 2g.10gb's MIG UUID), and the container got `NVIDIA_VISIBLE_DEVICES` from Allocate.
+  UUID, the 2g.10gb's MIG UUID), and the container got `NVIDIA_VISIBLE_DEVICES` from Allocate;
+  the exporter (a process on the same fake NVML) attributes both devices to their pods from
+  the real kubelet's pod-resources socket and counts the advertised GPUs.
 - Health: a critical Xid (79) on a whole GPU and on the MIG GPU drops them from allocatable
   (capacity stays), an application Xid (13) on another GPU does not.
 - Time-slicing with renameByDefault: four replicas of each whole GPU as
@@ -32,12 +34,14 @@ from real_node import RealNode, run_node
 
 from fakenvml import write_state
 from kube_gpu_exporter.exporter.simulated.scenario import NodeState, Scenario
-from support import wait_until
+from support import Samples, run_exporter, values, wait_until
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
 DEMO = Path(__file__).resolve().parents[2] / "exporter" / "simulated" / "scenarios" / "demo.yaml"
 MIG_GPU = 3
+ALLOCATED = "nvidia_gpu_allocation_info"
+ADVERTISED = "nvidia_gpu_node_advertised_devices"
 MIXED = {"version": "v1", "flags": {"migStrategy": "mixed"}}
 SHARED = {
     **MIXED,
@@ -124,6 +128,19 @@ def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Pat
         assert gpu in whole
         assert _container_env(node, "whole")["NVIDIA_VISIBLE_DEVICES"] == gpu
         assert _container_env(node, "mig")["NVIDIA_VISIBLE_DEVICES"] == mig_2g
+
+        # the exporter (a process here, over the same fake NVML) reads the real kubelet
+        socket = f"--kubelet.pod-resources-socket={node.pod_resources_socket}"
+        with run_exporter(["--collector.interval=1s", socket], tmp_path, nvml_env) as exporter:
+
+            def attributed(parsed: Samples) -> bool:
+                return bool(
+                    values(parsed, ALLOCATED, pod="whole", uuid=gpu, resource="nvidia.com/gpu")
+                    and values(parsed, ALLOCATED, pod="mig", uuid=mig_2g)
+                    and values(parsed, ADVERTISED, resource="nvidia.com/gpu") == [4.0]
+                )
+
+            exporter.metrics_when(attributed, "the kubelet's allocations attributed")
 
         # a critical Xid on GPU 0 and on the MIG GPU; the application's Xid 13 on GPU 1
         write_state(state_file, demo_state({0: (79,), MIG_GPU: (79,), 1: (13,)}))
