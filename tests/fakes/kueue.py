@@ -30,6 +30,7 @@ plane needs the `job` controller (pods for admitted Jobs) and the scheduler to p
 from __future__ import annotations
 
 import base64
+import ssl
 import subprocess
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -68,6 +69,15 @@ class Kueue:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def metrics(self, token: str) -> str:
+        """Kueue's own /metrics (`kueue_*`), served over TLS with our certificate to callers
+        the API server authenticates and authorizes (TokenReview, SubjectAccessReview)."""
+        context = ssl.create_default_context(cadata=self.ca_bundle.decode())
+        request = urllib.request.Request(f"https://127.0.0.1:{self.metrics_port}/metrics")
+        request.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            return str(response.read().decode())
 
 
 def _openssl(*args: str) -> None:

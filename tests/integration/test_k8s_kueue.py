@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from control_plane import ControlPlane, run_control_plane
 from kueue import Kueue, run_kueue
+from prometheus_client.parser import text_string_to_metric_families
 
 from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
 from support import wait_until
@@ -237,3 +238,23 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
     assert old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     assert old["spec"]["resourceGroups"][0]["flavors"][0]["name"] == FLAVOR
     assert kueue.version in kueue.log_tail(10**6), "the built Kueue logs its pinned version"
+
+    # Kueue's own metrics say the same (what users have today, and ours are to agree with)
+    def kueue_says() -> dict[str, float]:
+        return {
+            f"{s.name}{dict(sorted(s.labels.items()))}": s.value
+            for f in text_string_to_metric_families(kueue.metrics(plane.token))
+            for s in f.samples
+            if s.labels.get("cluster_queue") == CLUSTER_QUEUE
+            and s.name in ("kueue_pending_workloads", "kueue_admitted_workloads_total")
+        }
+
+    said = {
+        "kueue_admitted_workloads_total{'cluster_queue': 'gpu-cq', 'priority_class': '', "
+        "'replica_role': 'standalone'}": 1.0,
+        "kueue_pending_workloads{'cluster_queue': 'gpu-cq', 'replica_role': 'standalone', "
+        "'status': 'active'}": 0.0,
+        "kueue_pending_workloads{'cluster_queue': 'gpu-cq', 'replica_role': 'standalone', "
+        "'status': 'inadmissible'}": 1.0,
+    }
+    wait_until(lambda: kueue_says() == said, what=f"Kueue's metrics to say {said}")
