@@ -18,6 +18,18 @@ from kueue import Kueue, run_kueue
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
+from kube_gpu_exporter.exporter.cluster.kueue import (
+    LOCAL_QUEUES,
+    WORKLOADS,
+    ServedVersion,
+    WaitingWorkload,
+    parse_local_queue,
+    parse_workload,
+    pending_workloads,
+)
+from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.kubernetes.client import api_client
+from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
 from support import wait_until
 
 pytestmark = pytest.mark.k8s
@@ -258,3 +270,65 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
         "'status': 'inadmissible'}": 1.0,
     }
     wait_until(lambda: kueue_says() == said, what=f"Kueue's metrics to say {said}")
+
+    # what the cluster view will read: the Workloads and LocalQueues through ListWatch on the
+    # first Kueue version served (v1beta2 here), the admitted Job's Workload dropped
+    held = _kueue_watched(plane)
+    assert held[WORKLOADS] == {
+        f"{namespace}/{waiting['metadata']['name']}": WaitingWorkload(
+            namespace, LOCAL_QUEUE, "Pending", 2
+        )
+    }
+    assert held[LOCAL_QUEUES] == {f"{namespace}/{LOCAL_QUEUE}": CLUSTER_QUEUE}
+    assert pending_workloads(held[WORKLOADS], held[LOCAL_QUEUES]) == {
+        (CLUSTER_QUEUE, namespace, LOCAL_QUEUE, "Pending"): (1, 2)
+    }
+
+
+def _kueue_watched(plane: ControlPlane) -> dict[str, dict[str, Any]]:
+    """Kueue's Workloads and LocalQueues as two ListWatches hold them once listed."""
+    client = api_client(str(plane.kubeconfig))
+    held: dict[str, dict[str, Any]] = {}
+    requests = {r: ServedVersion(client.lister, r) for r in (WORKLOADS, LOCAL_QUEUES)}
+    parsers = {
+        WORKLOADS: lambda obj: parse_workload(obj, ClusterSettings()),
+        LOCAL_QUEUES: parse_local_queue,
+    }
+    watches = [
+        ListWatch(r, requests[r], parsers[r], lambda objs, r=r: held.__setitem__(r, dict(objs)))
+        for r in requests
+    ]
+    for watch in watches:
+        watch.start()
+    try:
+        wait_until(lambda: len(held) == 2 and all(w.up for w in watches), what="both listed")
+        assert all(w.served for w in watches)
+        assert {r.version for r in requests.values()} == {"v1beta2"}
+        return held
+    finally:
+        for watch in watches:
+            watch.stop()
+        client.close()
+
+
+def test_without_kueue_nothing_is_watched_and_nothing_fails(
+    tmp_path: Any,
+) -> None:
+    """A cluster without Kueue: both watches idle as not served, up, without errors."""
+    with run_control_plane(tmp_path / "plane") as plane:
+        client = api_client(str(plane.kubeconfig))
+        seen: list[dict[str, Any]] = []
+        watch = ListWatch(
+            WORKLOADS,
+            ServedVersion(client.lister, WORKLOADS),
+            lambda obj: parse_workload(obj, ClusterSettings()),
+            lambda objs: seen.append(dict(objs)),
+        )
+        watch.start()
+        try:
+            wait_until(lambda: seen and not watch.served, what="the watch idle, not served")
+            assert watch.up and seen == [{}]
+            assert not any(watch.errors_total.values()), watch.errors_total
+        finally:
+            watch.stop()
+            client.close()

@@ -1,0 +1,135 @@
+"""Kueue's queues, when the cluster has Kueue: the GPU workloads that wait in them.
+
+A Job queued by Kueue (`kueue.x-k8s.io/queue-name`) is suspended until Kueue admits it, so
+its pods do not exist yet and the pod view cannot see it wait; its `Workload` can. Two
+watches, started with the others: Workloads (those not admitted and not finished, asking for
+GPUs) and LocalQueues (which ClusterQueue each feeds, since a waiting Workload names only its
+LocalQueue). Both read `kueue.x-k8s.io/v1beta2`, or v1beta1 where that is all the server has
+(Kueue before 0.15); where neither is served the watches idle (`list_watch.NotServed`):
+nothing is exported and nothing is an error, and they look again after a while, since Kueue
+may be installed later.
+
+A waiting Workload's reason is Kueue's own: the reason of its `QuotaReserved=False` condition
+(Kueue 0.17: `Pending`, with the flavor assigner's message; 0.19+: `WaitingForQuota`,
+`ExceedsMaxQuota`, …), or "" while Kueue has not yet evaluated it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kube_gpu_exporter.exporter.cluster import fields
+from kube_gpu_exporter.exporter.cluster.parse import effective_requests
+from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.kubernetes.api_errors import status_code
+from kube_gpu_exporter.exporter.kubernetes.list_watch import NotServed
+
+GROUP: Final = "kueue.x-k8s.io"
+API_VERSIONS: Final = ("v1beta2", "v1beta1")  # the first the server serves
+WORKLOADS, LOCAL_QUEUES = "workloads", "localqueues"
+NOT_FOUND = 404
+
+
+@dataclass(frozen=True)
+class WaitingWorkload:
+    """A Workload Kueue has not admitted that asks for GPUs."""
+
+    namespace: str
+    local_queue: str
+    reason: str
+    gpus: int
+
+
+# (cluster_queue, namespace, local_queue, reason) → (workloads, GPUs asked)
+PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int]]
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in fields.entries(status.get("conditions")):
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def parse_workload(
+    obj: Mapping[str, Any], settings: ClusterSettings
+) -> tuple[str, WaitingWorkload | None] | None:
+    """(namespace/name, the waiting workload), or None as the value for one that is
+    admitted, finished or asks for no GPU (it is dropped)."""
+    metadata = fields.mapping(obj.get("metadata"))
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    if not isinstance(namespace, str) or not isinstance(name, str):
+        return None
+    key = f"{namespace}/{name}"
+    spec, status = fields.mapping(obj.get("spec")), fields.mapping(obj.get("status"))
+    for done in ("Admitted", "Finished"):
+        condition = _condition(status, done)
+        if condition is not None and condition.get("status") == "True":
+            return key, None
+    gpus = 0
+    for pod_set in fields.entries(spec.get("podSets")):
+        count = pod_set.get("count")
+        template = fields.mapping(fields.mapping(pod_set.get("template")).get("spec"))
+        asked = settings.gpu_part(effective_requests(template))
+        if isinstance(count, int) and count > 0:
+            gpus += count * sum(asked.values())
+    queue = spec.get("queueName")
+    if gpus <= 0 or not isinstance(queue, str) or not queue:
+        return key, None
+    reserved = _condition(status, "QuotaReserved")
+    reason = ""
+    if reserved is not None and reserved.get("status") == "False":
+        reason = str(reserved.get("reason") or "")
+    return key, WaitingWorkload(namespace, queue, reason, gpus)
+
+
+def parse_local_queue(obj: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """(namespace/name, the ClusterQueue it feeds)."""
+    metadata = fields.mapping(obj.get("metadata"))
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    if not isinstance(namespace, str) or not isinstance(name, str):
+        return None
+    cluster_queue = fields.mapping(obj.get("spec")).get("clusterQueue")
+    return f"{namespace}/{name}", cluster_queue if isinstance(cluster_queue, str) else None
+
+
+def pending_workloads(
+    workloads: Mapping[str, WaitingWorkload], local_queues: Mapping[str, str]
+) -> PendingWorkloads:
+    """Waiting workloads and the GPUs they ask, by cluster queue, local queue and reason; a
+    LocalQueue not (yet) seen has cluster queue ""."""
+    counts: Counter[tuple[str, str, str, str]] = Counter()
+    gpus: Counter[tuple[str, str, str, str]] = Counter()
+    for workload in workloads.values():
+        queue = local_queues.get(f"{workload.namespace}/{workload.local_queue}", "")
+        key = (queue, workload.namespace, workload.local_queue, workload.reason)
+        counts[key] += 1
+        gpus[key] += workload.gpus
+    return {key: (count, gpus[key]) for key, count in counts.items()}
+
+
+class ServedVersion:
+    """A list/watch request on the first of Kueue's API versions the server serves; NotServed
+    when it serves none (no Kueue)."""
+
+    def __init__(self, lister: Callable[[str], Callable[..., Any]], resource: str) -> None:
+        self._apis = [lister(f"/apis/{GROUP}/{v}/{resource}") for v in API_VERSIONS]
+        self._resource = resource
+        self._version = 0
+
+    @property
+    def version(self) -> str:
+        return API_VERSIONS[self._version]
+
+    def __call__(self, **params: Any) -> Any:
+        for _ in API_VERSIONS:
+            try:
+                return self._apis[self._version](**params)
+            except Exception as exc:
+                if status_code(exc) != NOT_FOUND:
+                    raise
+            self._version = (self._version + 1) % len(API_VERSIONS)
+        raise NotServed(f"{GROUP} {self._resource} are not served (no Kueue in this cluster)")
