@@ -56,6 +56,7 @@ from kube_gpu_exporter.exporter.catalog.errors import (
     PodResourcesErrorKind,
 )
 from kube_gpu_exporter.exporter.catalog.hardware import (
+    ACTION_REQUIRED,
     CLOCK_EVENT_DURATION,
     DECODER_UTILIZATION,
     ENCODER_UTILIZATION,
@@ -123,6 +124,7 @@ ALL_METRICS: tuple[Metric, ...] = (
     *HARDWARE_LABELLED_METRICS,
     CLOCK_EVENT_ACTIVE,
     XID_ERRORS,
+    ACTION_REQUIRED,
     COMPUTE_PROCESSES,
     ALLOCATION_INFO,
     POD_UTILIZATION,
@@ -150,6 +152,7 @@ ALL_METRICS: tuple[Metric, ...] = (
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL_METRICS}
 
 __all__ = [
+    "ACTION_REQUIRED",
     "ALLOCATION_INFO",
     "ALL_METRICS",
     "BUILD_INFO",

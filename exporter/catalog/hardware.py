@@ -83,6 +83,16 @@ RECOVERY_ACTION = Metric(
     "peer-to-peer, 4 drain and reset.",
     D,
 )
+ACTION_REQUIRED = Metric(
+    "nvidia_gpu_action_required",
+    G,
+    "",
+    "1 for each action the GPU needs now and the reading that asks for it (source "
+    "recovery_action, row_remap_pending or row_remap_failed); action none (source nvml) when "
+    "NVML's recovery action says nothing is needed; absent where NVML cannot say.",
+    D,
+    ("action", "source"),
+)
 MEMORY_TEMPERATURE = Metric(
     "nvidia_gpu_memory_temperature_celsius", G, "celsius", "HBM memory temperature.", D
 )

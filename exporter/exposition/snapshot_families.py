@@ -16,6 +16,7 @@ from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.attribution.attribute import lists_every_process
 from kube_gpu_exporter.exporter.exposition.attribution_families import attribution_families
 from kube_gpu_exporter.exporter.exposition.families import add, device_labels, family
+from kube_gpu_exporter.exporter.exposition.health_action import actions
 from kube_gpu_exporter.exporter.snapshot import DeviceSample, Snapshot
 
 # Device metrics with one plain number per device, in render order.
@@ -111,6 +112,14 @@ class SnapshotCollector:
                 add(xids, base | {"xid": str(xid)}, count)
         yield events
         yield xids
+
+        # What each GPU needs now, in the Xid catalog's words (health_action.py); a GPU that
+        # is not up says nothing (GPULost is the alert for it).
+        needed = family(c.ACTION_REQUIRED)
+        for device, base in zip(devices, labels, strict=True):
+            for action, source in actions(device.values) if device.up else ():
+                add(needed, base | {"action": action, "source": source}, 1)
+        yield needed
 
     def exporter_families(self) -> Iterator[Family]:
         """The exporter's own health: NVML up, cycle duration and count, errors, kubelet."""

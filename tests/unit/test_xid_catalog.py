@@ -1,4 +1,4 @@
-"""Issue 35: the Xid alerts follow NVIDIA's Xid catalog (exporter/catalog/xid_catalog.csv), one
+"""The Xid alerts follow NVIDIA's Xid catalog (exporter/catalog/xid_catalog.csv), one
 alert per action, and a thresholds file that contradicts the catalog is warned about.
 
 The defaults once paged critical on 92 (the catalog: ignore, investigate) and 94 (restart the
@@ -18,7 +18,7 @@ from kube_gpu_exporter.exporter.catalog import xid
 from kube_gpu_exporter.rules.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# The catalog's immediate actions as issue 35 and the notes of 2026-11-28 give them.
+# The catalog's immediate actions, as read from NVIDIA's page on 2026-11-28.
 CATALOG = {
     "RESTART_APP": (8, 11, 13, 25, 31, 32, 39, 40, 41, 68, 69, 94),
     "IGNORE": (14, 37, 38, 43, 44, 63, 92),
