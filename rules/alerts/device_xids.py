@@ -65,14 +65,11 @@ def _reset_runbook(a: ResetXidAlert, q: Query) -> Runbook:
         ),
         diagnosis="\n\n".join(
             (
-                "Look first at which Xid it is, whether the GPU also asks for a recovery action "
-                "or a row remapping, and whether other GPUs of the node report Xids too (then "
-                "it is the node: see GPUXidRebootRequired):",
-                promql(
-                    xe.counters(q),
-                    q.sel(c.RECOVERY_ACTION, 'uuid="<uuid>"'),
-                    q.sel(c.ROW_REMAP_PENDING, 'uuid="<uuid>"'),
-                ),
+                "Look first at which Xid it is, at what NVML says the GPU needs now (its "
+                "recovery action and row remapper: `nvidia_gpu_action_required`; no series: "
+                "NVML cannot say), and whether other GPUs of the node report Xids too (then it "
+                "is the node: see GPUXidRebootRequired):",
+                promql(xe.counters(q), q.sel(c.ACTION_REQUIRED, 'uuid="<uuid>"')),
                 find_node(q),
                 KERNEL_LOG,
                 REMAPPING,
@@ -185,13 +182,9 @@ def _workflow_runbook(a: WorkflowXidAlert, q: Query) -> Runbook:
         diagnosis="\n\n".join(
             (
                 "Look first at the other Xids of the GPU within the same minutes (follow the "
-                "alert for those), its recovery action and its memory's repair state:",
-                promql(
-                    xe.counters(q),
-                    q.sel(c.RECOVERY_ACTION, 'uuid="<uuid>"'),
-                    q.sel(c.ROW_REMAP_PENDING, 'uuid="<uuid>"'),
-                    q.sel(c.ROW_REMAP_FAILED, 'uuid="<uuid>"'),
-                ),
+                "alert for those) and at what NVML says it needs now (its recovery action and "
+                "row remapper: `nvidia_gpu_action_required`):",
+                promql(xe.counters(q), q.sel(c.ACTION_REQUIRED, 'uuid="<uuid>"')),
                 find_node(q),
                 KERNEL_LOG,
                 REMAPPING,
