@@ -118,8 +118,9 @@ class RealNode:
     def pod(self, name: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:
         """A bare pod bound to this node (no scheduler needed) running the local pause image;
         `spec` entries override the pod spec's (`hostNetwork=True`), `resources` is the one
-        container's."""
+        container's and `container` overrides its other fields (image, args, env …)."""
         resources = spec.pop("resources", {})
+        container = spec.pop("container", {})
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -135,6 +136,7 @@ class RealNode:
                         "image": IMAGE,
                         "imagePullPolicy": "Never",
                         "resources": resources,
+                        **container,
                     }
                 ],
                 **spec,
