@@ -136,6 +136,16 @@ def add_web_flags(serve: argparse.ArgumentParser, default_port: int) -> None:
         help=f"address to serve on (default :{default_port})",
     )
     serve.add_argument(
+        "--web.probe-listen-address",
+        dest="probe_listen",
+        type=listen_address,
+        default=None,
+        metavar="HOST:PORT",
+        help="serve /healthz and /readyz on this address too, plain HTTP without auth, for "
+        "the kubelet's probes: they keep an accept queue of their own whatever crowds the "
+        "scrape port, and need no client certificate where TLS asks one (default: off)",
+    )
+    serve.add_argument(
         "--web.telemetry-path",
         dest="telemetry_path",
         type=telemetry_path,

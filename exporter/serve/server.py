@@ -194,3 +194,13 @@ def build_app(
     if telemetry_path != "/":
         app.add_get("/", landing(app))
     return app
+
+
+def build_probe_app(loop: Source) -> App:
+    """The probes alone, for `--web.probe-listen-address`: plain HTTP, no auth, no bound
+    shared with the scrapes (the kubelet presents no client certificate and no password)."""
+    app = App()
+    app.state[LOOP_KEY] = loop
+    app.add_get("/healthz", healthz(app))
+    app.add_get("/readyz", readyz(app))
+    return app

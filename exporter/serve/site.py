@@ -16,11 +16,17 @@ import resource
 import signal
 import sys
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import NoReturn
 
 from kube_gpu_exporter.exporter.httpd import OVERFLOW, ConnectionLimits, Listener
 from kube_gpu_exporter.exporter.input_errors import InputError
-from kube_gpu_exporter.exporter.serve.server import PROBE_PATHS, Source, build_app
+from kube_gpu_exporter.exporter.serve.server import (
+    PROBE_PATHS,
+    Source,
+    build_app,
+    build_probe_app,
+)
 from kube_gpu_exporter.exporter.serve.web_config import WebConfig, web_middlewares
 
 log = logging.getLogger(__name__)
@@ -33,15 +39,19 @@ SHUTDOWN_SECONDS = 4.5
 # Files the process holds besides its connections: listening sockets, NVML's device nodes,
 # the kubelet's and the API server's connections, logs.
 DESCRIPTORS_OF_OUR_OWN = 64
+PROBE_CONNECTIONS = 16  # the probe listener's: a kubelet probes every few seconds
 
 
 class Site:
     """What serves: `cleanup` stops it at exit (the requests being handled get DRAIN_SECONDS)."""
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, probes: Listener | None = None) -> None:
         self.listener = listener
+        self.probes = probes
 
     async def cleanup(self) -> None:
+        if self.probes is not None:
+            await self.probes.stop(DRAIN_SECONDS)
         await self.listener.stop(DRAIN_SECONDS)
 
 
@@ -74,12 +84,28 @@ async def start_site(args: argparse.Namespace, web_config: WebConfig, source: So
         ssl_context=web_config.ssl_context,
         ssl_contexts=web_config.ssl_contexts,
     )
+    await _listen(listener, args.listen)
+    probes = None
+    if args.probe_listen is not None:
+        # the probes' own socket and accept queue: plain HTTP, no auth, a few connections
+        probe_host, probe_port = args.probe_listen
+        probe_limits = replace(limits, max_connections=PROBE_CONNECTIONS)
+        probes = Listener(build_probe_app(source), probe_host, probe_port, probe_limits)
+        try:
+            await _listen(probes, args.probe_listen)
+        except InputError:
+            await listener.stop(0)
+            raise
+    return Site(listener, probes)
+
+
+async def _listen(listener: Listener, address: tuple[str, int]) -> None:
     try:
         await listener.start()
     except OSError as exc:
+        host, port = address
         shown = f"{host}:{port}" if host else f":{port}"
         raise InputError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
-    return Site(listener)
 
 
 def ensure_descriptors(max_connections: int) -> None:
