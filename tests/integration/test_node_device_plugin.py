@@ -1,7 +1,7 @@
 """The test bench's device plugin (tests/fakes/device_plugin.py) on a real node (issue 33,
 stage 2): it registers through the kubelet's real device-plugin API and advertises the fake
-NVML's GPUs of the demo scenario (four whole H100s, an A100 in MIG mode with a 3g.20gb, a
-2g.10gb and a 1g.5gb instance) as NVIDIA's plugin names them.
+NVML's GPUs of tests/fakes/node_gpus.yaml (four whole H100s, an A100 in MIG mode with a
+3g.20gb, a 2g.10gb and a 1g.5gb instance) as NVIDIA's plugin names them.
 
 - Mixed MIG strategy: the Node's allocatable shows `nvidia.com/gpu: 4` and one of each
   `nvidia.com/mig-<profile>`; pods asking for `nvidia.com/gpu: 1` and `nvidia.com/mig-2g.10gb:
@@ -38,7 +38,7 @@ from support import Samples, run_exporter, values, wait_until
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
-DEMO = Path(__file__).resolve().parents[2] / "exporter" / "simulated" / "scenarios" / "demo.yaml"
+GPUS = Path(__file__).resolve().parents[1] / "fakes" / "node_gpus.yaml"
 MIG_GPU = 3
 ALLOCATED = "nvidia_gpu_allocation_info"
 ADVERTISED = "nvidia_gpu_node_advertised_devices"
@@ -54,9 +54,9 @@ SHARED = {
 }
 
 
-def demo_state(xids: Mapping[int, tuple[int, ...]] | None = None) -> NodeState:
-    """The demo node at 0 s, with `xids` (GPU index → Xids) added."""
-    state = Scenario.load(DEMO).state_at(0)
+def gpus_state(xids: Mapping[int, tuple[int, ...]] | None = None) -> NodeState:
+    """The node's GPUs (node_gpus.yaml) at 0 s, with `xids` (GPU index → Xids) added."""
+    state = Scenario.load(GPUS).state_at(0)
     devices = tuple(
         dataclasses.replace(d, xids=d.xids + (xids or {}).get(d.index, ())) for d in state.devices
     )
@@ -103,7 +103,7 @@ def _container_env(node: RealNode, pod: str) -> dict[str, str]:
 
 def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Path) -> None:
     state_file = tmp_path / "nvml-state"
-    state = demo_state()
+    state = gpus_state()
     write_state(state_file, state)
     nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
     whole = {d.uuid for d in state.devices if not d.mig}
@@ -143,7 +143,7 @@ def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Pat
             exporter.metrics_when(attributed, "the kubelet's allocations attributed")
 
         # a critical Xid on GPU 0 and on the MIG GPU; the application's Xid 13 on GPU 1
-        write_state(state_file, demo_state({0: (79,), MIG_GPU: (79,), 1: (13,)}))
+        write_state(state_file, gpus_state({0: (79,), MIG_GPU: (79,), 1: (13,)}))
         _wait_resources(
             node, {"nvidia.com/gpu": "3", **dict.fromkeys(migs, "0")}, "unhealthy devices dropped"
         )
@@ -156,7 +156,7 @@ def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Pat
 
 def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
     state_file = tmp_path / "nvml-state"
-    state = demo_state()
+    state = gpus_state()
     write_state(state_file, state)
     nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
     whole = {d.uuid for d in state.devices if not d.mig}

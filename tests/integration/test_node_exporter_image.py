@@ -28,7 +28,7 @@ from support import Samples, samples, values, wait_until
 pytestmark = [pytest.mark.k8s, pytest.mark.node, pytest.mark.image]
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "exporter" / "simulated" / "scenarios" / "demo.yaml"
+GPUS = Path(__file__).resolve().parents[1] / "fakes" / "node_gpus.yaml"
 TOOL = REPO / "tools" / "image.py"
 PORT = 19400
 ALLOCATED = "nvidia_gpu_allocation_info"
@@ -94,7 +94,7 @@ def test_exporter_image_as_a_pod(
 ) -> None:
     state_dir = tmp_path / "nvml"
     state_dir.mkdir()
-    write_state(state_dir / "state", Scenario.load(DEMO).state_at(0))
+    write_state(state_dir / "state", Scenario.load(GPUS).state_at(0))
     nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_dir / "state")}
     with (
         run_control_plane(tmp_path / "plane") as plane,
