@@ -61,7 +61,9 @@ The story (the node is simulated; alerts use the generated rules with shorter du
          one 1g.5gb free
   GPU 4  time-sliced into 4 replicas: serving/chat-0, -1 and -2 share it, each pod's memory
          and utilization on its own (nvidia_gpu_pod_*, from the pod watch); chat-2 barely
-         uses its share                                   → GPUAllocatedIdle serving/chat
+         uses its share                                   → GPUAllocatedIdle serving/chat;
+         at 2:30 the driver reports Xid 109 and asks for a GPU reset
+         → GPUXidErrors, GPURecoveryActionRequired (nvidia_gpu_action_required: reset_gpu)
 Around the node, the cluster view shows GPU pods that wait: ml/llm-sft-0 (2 GPUs, one free
 on each of four nodes: fragmented), ml/pretrain-70b-0 (8 GPUs: the only empty node is
 tainted), and the research namespace's Job whose GPU quota is used up.
