@@ -332,7 +332,8 @@ def attacks() -> list[Attack]:
             for n in (300, 1000, 5000)
         ),
         Attack(
-            "5,000 addresses × 1–2 connections (silent, half-TLS, 'GE'), mTLS required",
+            "5,000 addresses × 1–2 connections (silent, half-TLS, 'GE'), mTLS required, "
+            "probes on `--web.probe-listen-address`",
             "mtls",
             many_addresses(5000, b"", hello, b"GE"),
         ),
@@ -453,6 +454,11 @@ def measure_one(
 ) -> Row:
     client = kinds.clients[attack.kind]
     flags = kinds.flags[attack.kind] + list(attack.flags)
+    # A kubelet presents no client certificate: an exporter requiring one is probed on its
+    # probe port (plain HTTP, a socket and accept queue of its own), as it is deployed.
+    probe_port = procs.free_port() if attack.kind == "mtls" else 0
+    if probe_port:
+        flags.append(f"--web.probe-listen-address=127.0.0.1:{probe_port}")
     with exporter(code, node, work, flags, client) as (proc, port):
         rss = RssPeak(proc.pid)
         target = Target(port, proc.pid, client, kinds.server_cert, seconds < SECONDS)
@@ -460,7 +466,10 @@ def measure_one(
             time.sleep(attack.settle * seconds / SECONDS)
             cpu, drops = procs.cpu_seconds(proc.pid), listen_drops()
             source = SCRAPER
-            prober = Prober(port, source if attack.shared else PROBER, client)
+            if probe_port:
+                prober = Prober(probe_port, PROBER)
+            else:
+                prober = Prober(port, source if attack.shared else PROBER, client)
             authorization = basic("prometheus", "secret") if attack.kind == "auth" else ""
             run_for = 60.0 if running.over else seconds  # TLS bursts: until their last round
             scraper = Scraper(port, run_for, source, authorization, client, attack.after_first_200)
