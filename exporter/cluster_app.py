@@ -1,10 +1,10 @@
 """`kube-gpu-exporter cluster`: the cluster view's exporter, one replica per cluster.
 
-It watches every node, active pod and ResourceQuota, and the FailedCreate events
-(cluster/watches.py), builds the view on its own interval (serve/cluster_loop.py) and serves
-the result through the same stack as `serve` (serve/site.py: web flags, TLS and basic auth
-from the web config, limits), on its own port, 19401 by default, so that it can run beside a
-node exporter on one host. The
+It watches every node, active pod and ResourceQuota, the FailedCreate events and, where
+Kueue is installed, its Workloads and LocalQueues (cluster/watches.py), builds the view on
+its own interval (serve/cluster_loop.py) and serves the result through the same stack as
+`serve` (serve/site.py: web flags, TLS and basic auth from the web config, limits), on its
+own port, 19401 by default, so that it can run beside a node exporter on one host. The
 kubernetes client is imported only when the command runs. Bad input (flags, a web config,
 a kubeconfig, a port in use) is one line and exit status 2.
 """

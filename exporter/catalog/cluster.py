@@ -143,6 +143,26 @@ QUOTA_REJECTIONS = Metric(
     K,
     ("namespace", "quota", "resource"),
 )
+KUEUE_LABELS = ("cluster_queue", "namespace", "local_queue", "reason")
+PENDING_WORKLOADS = Metric(
+    "kube_gpu_pending_workloads",
+    G,
+    "",
+    "Kueue Workloads asking for GPUs that Kueue has not admitted (their Jobs are suspended: "
+    "no pods yet), by ClusterQueue, LocalQueue and Kueue's QuotaReserved=False reason "
+    '("" until Kueue has evaluated one).',
+    K,
+    KUEUE_LABELS,
+)
+PENDING_WORKLOAD_GPUS = Metric(
+    "kube_gpu_pending_workload_gpus",
+    G,
+    "",
+    "GPU devices those waiting Kueue Workloads ask for (pod-set count times each pod's GPU "
+    "requests, all GPU resources together).",
+    K,
+    KUEUE_LABELS,
+)
 SCHEDULING_WAIT = Metric(
     "kube_gpu_scheduling_wait_seconds",
     H,
@@ -207,6 +227,8 @@ CLUSTER_METRICS: tuple[Metric, ...] = (
     QUOTA_HARD,
     QUOTA_USED,
     QUOTA_REJECTIONS,
+    PENDING_WORKLOADS,
+    PENDING_WORKLOAD_GPUS,
     SCHEDULING_WAIT,
     DISRUPTIONS,
     WATCH_UP,

@@ -1,6 +1,6 @@
 """The cluster mode's watches: every node, every pod that has not ended, every ResourceQuota
-and the FailedCreate events, kept current by `ListWatch` (410 relist, backoff, health) in
-four threads.
+and the FailedCreate events, and where Kueue is installed its Workloads and LocalQueues
+(kueue.py), kept current by `ListWatch` (410 relist, backoff, health) in six threads.
 
 Each object is parsed into the slim values of objects.py as it arrives, so what is held of a
 pod is what the view reads, whatever its spec (bench/README.md has the figure); lists are
@@ -23,6 +23,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kube_gpu_exporter.exporter.cluster.kueue import (
+    LOCAL_QUEUES,
+    WORKLOADS,
+    PendingWorkloads,
+    ServedVersion,
+    WaitingWorkload,
+    parse_local_queue,
+    parse_workload,
+    pending_workloads,
+)
 from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS, Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
 from kube_gpu_exporter.exporter.cluster.quota_events import FAILED_CREATE, QuotaRejections
@@ -36,7 +46,7 @@ from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 # kube-apiserver filters events by reason, so other events never cross the wire
 REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
-RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS)
+RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS, WORKLOADS, LOCAL_QUEUES)
 
 PodObserver = Callable[[Pod], None]
 
@@ -85,6 +95,8 @@ class ClusterWatches:
         self._nodes: HeldObjects[Node] = HeldObjects()
         self._pods: HeldObjects[Pod] = HeldObjects()
         self._quotas: HeldObjects[Quota] = HeldObjects()
+        self._workloads: Mapping[str, WaitingWorkload] = {}
+        self._local_queues: Mapping[str, str] = {}
         options: dict[str, Any] = {
             "timeout": timeout,
             "watch_seconds": watch_seconds,
@@ -127,6 +139,21 @@ class ClusterWatches:
                 decoder=decoder[EVENTS],
                 **options,
             ),
+            # Kueue's, where it is served (cluster/kueue.py): idle and up where it is not
+            WORKLOADS: ListWatch(
+                WORKLOADS,
+                ServedVersion(api, WORKLOADS),
+                functools.partial(parse_workload, settings=settings),
+                self._publish_workloads,
+                **options,
+            ),
+            LOCAL_QUEUES: ListWatch(
+                LOCAL_QUEUES,
+                ServedVersion(api, LOCAL_QUEUES),
+                parse_local_queue,
+                self._publish_local_queues,
+                **options,
+            ),
         }
 
     def start(self) -> None:
@@ -134,7 +161,7 @@ class ClusterWatches:
             watch.start()
 
     def stop(self) -> None:
-        """Stops the four watches side by side (each may take its `STOP_WAIT_SECONDS`)."""
+        """Stops the watches side by side (each may take its `STOP_WAIT_SECONDS`)."""
         threads = [
             threading.Thread(target=watch.stop, name=f"stop-{name}", daemon=True)
             for name, watch in self.watches.items()
@@ -163,6 +190,20 @@ class ClusterWatches:
     def take(self) -> TakenObjects:
         """Each resource now, with what changed since the last take (view_changes.py)."""
         return TakenObjects(self._nodes.take(), self._pods.take(), self._quotas.take())
+
+    def kueue_pending(self) -> PendingWorkloads:
+        """Kueue's waiting Workloads by queue and reason (empty without Kueue)."""
+        return pending_workloads(self._workloads, self._local_queues)
+
+    def kueue_counts(self) -> dict[str, int]:
+        """Objects held of Kueue's: waiting GPU Workloads, LocalQueues."""
+        return {WORKLOADS: len(self._workloads), LOCAL_QUEUES: len(self._local_queues)}
+
+    def _publish_workloads(self, held: Mapping[str, WaitingWorkload]) -> None:
+        self._workloads = dict(held)  # a copy: the watch thread goes on changing its dict
+
+    def _publish_local_queues(self, held: Mapping[str, str]) -> None:
+        self._local_queues = dict(held)
 
     def up(self) -> dict[str, bool]:
         return {name: watch.up for name, watch in self.watches.items()}

@@ -26,6 +26,10 @@ from kube_gpu_exporter.exporter.cluster.transitions import BUCKETS, TransitionCo
 from kube_gpu_exporter.exporter.cluster.view import ClusterView
 from kube_gpu_exporter.exporter.exposition.families import add, family
 
+# Kueue's waiting Workloads: (cluster_queue, namespace, local_queue, reason) → (workloads,
+# GPUs asked), as cluster/kueue.py's pending_workloads counts them
+PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int]]
+
 
 @dataclass(frozen=True)
 class WatchHealth:
@@ -51,6 +55,7 @@ class ClusterState:
     started: float | None = None
     transitions: TransitionCounts | None = None
     rejections: Mapping[Series, int] | None = None
+    workloads: PendingWorkloads | None = None  # Kueue's waiting Workloads (cluster/kueue.py)
 
 
 def selected_product(view: ClusterView, pod: Pod) -> str:
@@ -73,6 +78,8 @@ def cluster_families(state: ClusterState) -> Iterator[Family]:
     yield from _quotas(state.view)
     if state.rejections is not None:
         yield _rejections(state.rejections)
+    if state.workloads is not None:
+        yield from _workloads(state.workloads)
     if state.transitions is not None:
         yield from _transitions(state.transitions)
     yield from _health(state)
@@ -140,6 +147,21 @@ def _rejections(totals: Mapping[Series, int]) -> Family:
     for (namespace, quota, resource), count in sorted(totals.items()):
         add(rejected, {"namespace": namespace, "quota": quota, "resource": resource}, count)
     return rejected
+
+
+def _workloads(pending: PendingWorkloads) -> Iterator[Family]:
+    workloads, gpus = family(k.PENDING_WORKLOADS), family(k.PENDING_WORKLOAD_GPUS)
+    for (cluster_queue, namespace, local_queue, reason), (count, asked) in sorted(pending.items()):
+        labels = {
+            "cluster_queue": cluster_queue,
+            "namespace": namespace,
+            "local_queue": local_queue,
+            "reason": reason,
+        }
+        add(workloads, labels, count)
+        add(gpus, labels, asked)
+    yield workloads
+    yield gpus
 
 
 def _transitions(counts: TransitionCounts) -> Iterator[Family]:

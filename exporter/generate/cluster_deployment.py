@@ -25,6 +25,7 @@ CLUSTER_PORT: Final = 19401  # exporter/cluster_app.py DEFAULT_PORT (a test ties
 CLUSTER_LABELS: Final = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "cluster"}
 CONTAINER: Final = "cluster"
 WATCHED: Final = ["pods", "nodes", "resourcequotas", "events"]  # pods first: also `get`
+KUEUE_WATCHED: Final = ["workloads", "localqueues"]
 # The watches hold slim values, so memory grows slowly with the pods; the limit leaves room
 # for the cluster bench's largest fleet (bench/README.md, "Cluster view").
 RESOURCES: Final = {
@@ -66,6 +67,12 @@ def cluster_dicts(cfg: Config) -> list[dict[str, Any]]:
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": WATCHED[1:], "verbs": ["list", "watch"]},
+            # Kueue's queues, where Kueue is installed (without it: nothing to list)
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": KUEUE_WATCHED,
+                "verbs": ["list", "watch"],
+            },
         ],
     }
     binding = {

@@ -149,6 +149,7 @@ class ClusterLoop:
             "pods": len(taken.pods.values),
             "resourcequotas": len(taken.quotas.values),
             "events": self._rejections.events if self._rejections is not None else 0,
+            **getattr(self._watches, "kueue_counts", dict)(),
         }
         errors = self._watches.errors_total()
         health = {
@@ -156,7 +157,9 @@ class ClusterLoop:
             for name, up in self._watches.up().items()
         }
         rejected = self._rejections.totals if self._rejections is not None else None
-        state = ClusterState(view, health, self._clock(), started, transitions, rejected)
+        kueue = getattr(self._watches, "kueue_pending", None)  # ClusterWatches' (not fakes')
+        workloads = kueue() if kueue is not None else None
+        state = ClusterState(view, health, self._clock(), started, transitions, rejected, workloads)
         body = FamiliesBody(list(cluster_families(state)), self._demand)
         body.body(TEXT_ACCEPT, gzipped=False)  # curl's and Prometheus' fallback, always
         body.prerender()  # and what scrapes asked for lately (Prometheus: OpenMetrics, gzip)

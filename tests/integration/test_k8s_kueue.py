@@ -1,4 +1,4 @@
-"""The real Kueue (issue 34's test bench): built from its Go module, its CRDs and webhooks on
+"""The real Kueue in the test bench: built from its Go module, its CRDs and webhooks on
 the real API server, and the real scheduler placing what it admits.
 
 A GPU quota of 2 in one ClusterQueue: a Job asking 1 GPU is suspended by Kueue's webhook,
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from kube_gpu_exporter.exporter.cluster.kueue import (
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
 from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
-from support import wait_until
+from support import run_exporter, samples, values, wait_until
 
 pytestmark = pytest.mark.k8s
 
@@ -171,7 +172,7 @@ def _pods(plane: ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]
 
 
 def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
-    bench: tuple[ControlPlane, Kueue],
+    bench: tuple[ControlPlane, Kueue], tmp_path: Path
 ) -> None:
     plane, kueue = bench
     for _ in range(2):
@@ -283,6 +284,33 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
     assert pending_workloads(held[WORKLOADS], held[LOCAL_QUEUES]) == {
         (CLUSTER_QUEUE, namespace, LOCAL_QUEUE, "Pending"): (1, 2)
     }
+
+    # and `kube-gpu-exporter cluster` as users run it: the waiting Job in Kueue's words
+    with run_exporter(
+        [f"--kubernetes.kubeconfig={plane.kubeconfig}", "--cluster.interval=200ms"],
+        tmp_path,
+        command="cluster",
+    ) as exporter:
+        series = {
+            "cluster_queue": CLUSTER_QUEUE,
+            "namespace": namespace,
+            "local_queue": LOCAL_QUEUE,
+            "reason": "Pending",
+        }
+
+        def served() -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
+            status, _, body = exporter.get()
+            parsed = samples(body) if status == 200 else {}
+            return parsed if values(parsed, "kube_gpu_pending_workloads", **series) else None
+
+        parsed = wait_until(served, what="kube_gpu_pending_workloads served")
+        assert values(parsed, "kube_gpu_pending_workloads", **series) == [1.0]
+        assert values(parsed, "kube_gpu_pending_workload_gpus", **series) == [2.0]
+        assert len(values(parsed, "kube_gpu_pending_workloads")) == 1, "the admitted one is not"
+        for resource, held in (("workloads", 1.0), ("localqueues", 1.0)):
+            assert values(parsed, "kube_gpu_cluster_watch_up", resource=resource) == [1.0]
+            watched = values(parsed, "kube_gpu_cluster_watched_objects", resource=resource)
+            assert watched == [held], resource
 
 
 def _kueue_watched(plane: ControlPlane) -> dict[str, dict[str, Any]]:

@@ -49,6 +49,8 @@ NODE_NEEDS = {
 CLUSTER_NEEDS = {
     ("", "pods", "get"),  # explain POD
     *{("", r, v) for r in ("pods", "nodes", "resourcequotas", "events") for v in ("list", "watch")},
+    # Kueue's queues (exporter/cluster/kueue.py), where Kueue is installed
+    *{("kueue.x-k8s.io", r, v) for r in ("workloads", "localqueues") for v in ("list", "watch")},
 }
 PROBED_RESOURCES = [
     ("", "pods"),
@@ -67,6 +69,9 @@ PROBED_RESOURCES = [
     ("resource.k8s.io", "resourceslices"),
     ("resource.k8s.io", "resourceclaims"),
     ("rbac.authorization.k8s.io", "clusterroles"),
+    ("kueue.x-k8s.io", "workloads"),
+    ("kueue.x-k8s.io", "localqueues"),
+    ("kueue.x-k8s.io", "clusterqueues"),
 ]
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
@@ -275,7 +280,7 @@ def test_cluster_and_explain_work_with_the_cluster_views_token(
     args = [f"--kubernetes.kubeconfig={kubeconfig}", "--cluster.interval=200ms"]
     with run_exporter(args, tmp_path, command="cluster") as exporter:
         m = exporter.metrics_when(
-            lambda m: values(m, "kube_gpu_cluster_watch_up") == [1] * 4, "every watch up"
+            lambda m: values(m, "kube_gpu_cluster_watch_up") == [1] * 6, "every watch up"
         )
         assert values(m, "kube_gpu_pending_pods", namespace="ml") == [1]
         assert sum(values(m, "kube_gpu_cluster_watch_errors_total")) == 0

@@ -551,6 +551,11 @@ def test_cluster_view_deployment(deploy: Deploy) -> None:
             "resources": ["nodes", "resourcequotas", "events"],
             "verbs": ["list", "watch"],
         },
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["workloads", "localqueues"],
+            "verbs": ["list", "watch"],
+        },
     ]
     service = deploy.one("Service", cluster=True)
     labels = pod["metadata"]["labels"]
