@@ -192,18 +192,20 @@ class ClusterWatches:
         return TakenObjects(self._nodes.take(), self._pods.take(), self._quotas.take())
 
     def kueue_pending(self) -> PendingWorkloads:
-        """Kueue's waiting Workloads by queue and reason (empty without Kueue)."""
-        return pending_workloads(self._workloads, self._local_queues)
+        """Kueue's waiting Workloads by queue and reason (empty without Kueue). The held
+        dicts are the watch threads', changed by each event: copied first (a dict's copy is
+        one step under the GIL), once a cycle rather than once an event."""
+        return pending_workloads(dict(self._workloads), dict(self._local_queues))
 
     def kueue_counts(self) -> dict[str, int]:
         """Objects held of Kueue's: waiting GPU Workloads, LocalQueues."""
         return {WORKLOADS: len(self._workloads), LOCAL_QUEUES: len(self._local_queues)}
 
     def _publish_workloads(self, held: Mapping[str, WaitingWorkload]) -> None:
-        self._workloads = dict(held)  # a copy: the watch thread goes on changing its dict
+        self._workloads = held  # the watch's own dict (a new one after each list)
 
     def _publish_local_queues(self, held: Mapping[str, str]) -> None:
-        self._local_queues = dict(held)
+        self._local_queues = held
 
     def up(self) -> dict[str, bool]:
         return {name: watch.up for name, watch in self.watches.items()}
