@@ -20,9 +20,10 @@ folder `/var/lib/kubelet/device-plugins/` (k8s.io/kubelet's DevicePluginPath) an
 hierarchy's `kubepods` folders; one node runs at a time (a lock file makes a second wait).
 
 Networking: the one CNI network is Debian's `bridge` and `host-local` plugins on a bridge of
-the node's own (`kgebr<pid>`, removed at teardown) with no address on the machine's side, no
-gateway and no masquerading: a pod that is not hostNetwork gets its own network namespace and
-an address in 10.214.<pid % 256>.0/24, and reaches the node's other pods only. (The loopback
+the node's own (`kgebr<pid>`, removed at teardown) holding 10.214.<pid % 256>.1 on the
+machine's side, with no forwarding and no masquerading: a pod that is not hostNetwork gets its
+own network namespace and an address in that /24, and reaches the node's other pods and the
+bridge's address only (the kubelet's probes come from there). (The loopback
 plugin alone is not enough: containerd 1.6 wants an `eth0` in the result, "failed to find
 network info for sandbox".) The kubelet reports the node Ready once the runtime's network
 is. The node's InternalIP is whatever the kubelet finds; nothing in these tests sends
@@ -260,8 +261,13 @@ def _bridge_name() -> str:
     return f"kgebr{os.getpid()}"[:15]
 
 
+def _pod_prefix() -> str:
+    """The first three octets of the node's pod /24 (10.214.<pid % 256>)."""
+    return f"10.214.{os.getpid() % 256}"
+
+
 def _cni_network(node: RealNode) -> dict[str, Any]:
-    subnet = f"10.214.{os.getpid() % 256}.0/24"
+    prefix = _pod_prefix()
     return {
         "cniVersion": "1.0.0",
         "name": "kge-node",
@@ -274,7 +280,7 @@ def _cni_network(node: RealNode) -> dict[str, Any]:
                 "hairpinMode": False,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": subnet}]],
+                    "ranges": [[{"subnet": f"{prefix}.0/24", "gateway": f"{prefix}.1"}]],
                     "dataDir": str(node.workdir / "cni-ipam"),
                 },
             }
@@ -371,13 +377,20 @@ def run_node(
         node = RealNode(name, plane, workdir, root, socket)
 
         # the one CNI network (Debian's bridge and host-local plugins): a bridge of the node's
-        # own with no address on this side, no gateway, no masquerading, pods in a /24 of
-        # 10.214.0.0/16 picked from the process id. A pod reaches the other pods of the node,
-        # nothing else. The kubelet reports the node Ready only once the runtime's network is
-        (containerd_dir / "cni" / "10-kge.conflist").write_text(json.dumps(_cni_network(node)))
+        # own holding <prefix>.1 on this side (the kubelet's probes reach the pods on the
+        # link), no forwarding, no masquerading, pods in a /24 of 10.214.0.0/16 picked from the
+        # process id. The kubelet reports the node Ready only once the runtime's network is
         stack.callback(
             subprocess.run, ["ip", "link", "delete", _bridge_name()], capture_output=True
         )
+        for command in (
+            ["link", "add", _bridge_name(), "type", "bridge"],
+            ["addr", "add", f"{_pod_prefix()}.1/24", "dev", _bridge_name()],
+            ["link", "set", _bridge_name(), "up"],
+        ):
+            done = subprocess.run(["ip", *command], capture_output=True, text=True)
+            assert done.returncode == 0, f"ip {' '.join(command)}: {done.stderr}"
+        (containerd_dir / "cni" / "10-kge.conflist").write_text(json.dumps(_cni_network(node)))
         config = containerd_dir / "config.toml"
         config.write_text(_containerd_config(containerd_dir, socket))
         containerd, node.logs["containerd"] = _start(

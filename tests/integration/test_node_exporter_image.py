@@ -1,14 +1,24 @@
-"""The exporter's container image (the Dockerfile's, built by tools/image.py) as a pod on the
-real node (issue 33, towards stage 3): loaded into containerd from its docker-archive, run with
+"""The exporter's container image (the Dockerfile's, built by tools/image.py) on the real node
+(issue 33, stage 3's first part): loaded into containerd from its docker-archive and run with
 `imagePullPolicy: Never` beside a GPU pod that the device plugin served, with the fake NVML
-and the kubelet's pod-resources folder mounted from the host. Its /metrics, read from inside
-the pod's own network namespace (loopback there: no address of the machine's is used),
-attributes the GPU pod's device, read through the real kubelet's socket.
+and the kubelet's pod-resources folder mounted from the host:
+
+- as a bare pod;
+- as the Helm chart's DaemonSet (`helm install` with the image, `runtimeClassName: ""` since
+  this containerd has no `nvidia` runtime, the node's pod-resources folder, the fake NVML as
+  extraEnv/extraVolumes), placed by the real DaemonSet controller and scheduler on the node
+  labelled `nvidia.com/gpu.present=true`, with the chart's probes, security context and
+  ServiceAccount token.
+
+Its /metrics, read on loopback inside the pod's own network namespace (`nsenter --net`),
+attributes the GPU pod's device, read through the real kubelet's socket, and counts the four
+advertised GPUs.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -17,8 +27,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 from control_plane import run_control_plane
 from device_plugin import run_plugin
+from real_binaries import require
 from real_node import RealNode, run_node
 
 from fakenvml import write_state
@@ -34,6 +46,9 @@ PORT = 19400
 ALLOCATED = "nvidia_gpu_allocation_info"
 ADVERTISED = "nvidia_gpu_node_advertised_devices"
 KUBELET_DIR = "/var/lib/kubelet/pod-resources"
+# the chart's DaemonSet: its controller; a pod's ServiceAccount token volume needs the
+# namespace's `default` account and its kube-root-ca.crt ConfigMap
+CONTROLLERS = ("daemonset", "serviceaccount", "root-ca-cert-publisher")
 MIXED = {"version": "v1", "flags": {"migStrategy": "mixed"}}  # the A100's MIG not whole
 
 
@@ -58,17 +73,17 @@ def built() -> dict[str, Any]:
     return facts
 
 
-def _task_pid(node: RealNode, pod: str) -> int:
-    """The process id of the pod's `main` container (its task in containerd)."""
+def _task_pid(node: RealNode, pod: str, container: str = "main") -> int:
+    """The process id of the pod's `container` (its task in containerd)."""
     for line in node.ctr("containers", "ls").stdout.splitlines()[1:]:
-        container = line.split()[0]
-        info = node.ctr("containers", "info", container).stdout
+        found = line.split()[0]
+        info = node.ctr("containers", "info", found).stdout
         if f'"io.kubernetes.pod.name": "{pod}"' in info and (
-            '"io.kubernetes.container.name": "main"' in info
+            f'"io.kubernetes.container.name": "{container}"' in info
         ):
             for task in node.ctr("tasks", "ls").stdout.splitlines()[1:]:
                 fields = task.split()
-                if fields[0] == container:
+                if fields[0] == found and fields[2] == "RUNNING":
                     return int(fields[1])
     raise AssertionError(f"no running container of pod {pod}")
 
@@ -155,4 +170,91 @@ def test_exporter_image_as_a_pod(
             return None
 
         parsed = wait_until(attributed, timeout=120, what="the pod's exporter attributing")
+        assert values(parsed, ADVERTISED, resource="nvidia.com/gpu") == [4.0]
+
+
+def test_chart_daemonset_on_the_node(
+    tmp_path: Path, fake_nvml_dir: Path, built: dict[str, Any]
+) -> None:
+    """`helm install` of the chart with the built image: the DaemonSet controller and the
+    scheduler put its pod on the node, the kubelet runs it, and it attributes a GPU pod."""
+    state_dir = tmp_path / "nvml"
+    state_dir.mkdir()
+    write_state(state_dir / "state", Scenario.load(GPUS).state_at(0))
+    nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_dir / "state")}
+    repository, tag = built["name"].rsplit(":", 1)
+    with (
+        run_control_plane(tmp_path / "plane", scheduler=True, controllers=CONTROLLERS) as plane,
+        run_node(plane, tmp_path / "node") as node,
+        run_plugin(tmp_path / "plugin", nvml_env, MIXED),
+    ):
+        loaded = node.ctr("images", "import", built["archive"])
+        assert loaded.returncode == 0, loaded.stderr
+        plane.ok(
+            "PATCH",
+            f"/api/v1/nodes/{node.name}",
+            {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}}},
+            content_type="application/merge-patch+json",
+        )
+        wait_until(
+            lambda: node.allocatable().get("nvidia.com/gpu") == "4", what="the plugin's GPUs"
+        )
+        node.pod("gpu-user", resources={"limits": {"nvidia.com/gpu": 1}})
+        node.wait_pod_phase("gpu-user")
+
+        values_file = tmp_path / "values.yaml"
+        values_file.write_text(
+            yaml.safe_dump(
+                {
+                    "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+                    "runtimeClassName": "",
+                    "podResourcesDir": str(node.pod_resources_socket.parent),
+                    "extraEnv": [
+                        {"name": "LD_LIBRARY_PATH", "value": "/fake-nvml"},
+                        {"name": "FAKE_NVML_STATE", "value": "/fake-nvml-state/state"},
+                    ],
+                    "extraVolumes": [
+                        {"name": "fake-nvml", "hostPath": {"path": str(fake_nvml_dir)}},
+                        {"name": "nvml-state", "hostPath": {"path": str(state_dir)}},
+                    ],
+                    "extraVolumeMounts": [
+                        {"name": "fake-nvml", "mountPath": "/fake-nvml", "readOnly": True},
+                        {"name": "nvml-state", "mountPath": "/fake-nvml-state", "readOnly": True},
+                    ],
+                }
+            )
+        )
+        installed = subprocess.run(
+            [str(require("helm")), "install", "kge", str(REPO / "charts" / "kube-gpu-exporter"),
+             "--kubeconfig", str(plane.kubeconfig), "--namespace", "gpu-monitoring",
+             "--create-namespace", "-f", str(values_file)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert installed.returncode == 0, installed.stderr
+
+        def exporter_pod() -> str | None:
+            pods = plane.ok("GET", "/api/v1/namespaces/gpu-monitoring/pods")["items"]
+            for pod in pods:
+                if pod["spec"].get("nodeName") == node.name and (
+                    pod.get("status", {}).get("phase") == "Running"
+                ):
+                    return str(pod["metadata"]["name"])
+            return None
+
+        try:
+            name = wait_until(exporter_pod, timeout=180, what="the DaemonSet's pod Running")
+        except BaseException:
+            print(json.dumps(plane.ok("GET", "/api/v1/namespaces/gpu-monitoring/pods"))[-3000:])
+            print(json.dumps(plane.ok("GET", "/api/v1/namespaces/gpu-monitoring/events"))[-3000:])
+            print(node.log_tail("kubelet", 30))
+            raise
+        pid = _task_pid(node, name, container="exporter")
+
+        def attributed() -> Samples | None:
+            parsed = _metrics_in_pod(pid)
+            if parsed and values(parsed, ALLOCATED, pod="gpu-user"):
+                return parsed
+            return None
+
+        parsed = wait_until(attributed, timeout=120, what="the DaemonSet's exporter attributing")
         assert values(parsed, ADVERTISED, resource="nvidia.com/gpu") == [4.0]
