@@ -180,6 +180,26 @@ def _configuration(
     }
 
 
+def install_v1beta1_only(plane: ControlPlane) -> None:
+    """Kueue's Workload and LocalQueue CRDs as a server with an older Kueue (before v1beta2)
+    serves them: v1beta1 only, stored as such, no conversion (and no Kueue running)."""
+    for crd in crds("https://127.0.0.1:1", b""):
+        if crd["spec"]["names"]["plural"] not in ("workloads", "localqueues"):
+            continue
+        crd["spec"].pop("conversion", None)
+        crd["spec"]["versions"] = [
+            dict(v, served=True, storage=True)
+            for v in crd["spec"]["versions"]
+            if v["name"] == "v1beta1"
+        ]
+        plane.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        wait_until(
+            lambda name=crd["metadata"]["name"]: _established(plane, name),
+            timeout=60,
+            what=f"{crd['metadata']['name']} established",
+        )
+
+
 def _established(plane: ControlPlane, name: str) -> bool:
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
     conditions = plane.ok("GET", path).get("status", {}).get("conditions") or []

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, run_kueue
+from kueue import Kueue, install_v1beta1_only, run_kueue
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
@@ -313,7 +313,7 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
             assert watched == [held], resource
 
 
-def _kueue_watched(plane: ControlPlane) -> dict[str, dict[str, Any]]:
+def _kueue_watched(plane: ControlPlane, version: str = "v1beta2") -> dict[str, dict[str, Any]]:
     """Kueue's Workloads and LocalQueues as two ListWatches hold them once listed."""
     client = api_client(str(plane.kubeconfig))
     held: dict[str, dict[str, Any]] = {}
@@ -331,7 +331,7 @@ def _kueue_watched(plane: ControlPlane) -> dict[str, dict[str, Any]]:
     try:
         wait_until(lambda: len(held) == 2 and all(w.up for w in watches), what="both listed")
         assert all(w.served for w in watches)
-        assert {r.version for r in requests.values()} == {"v1beta2"}
+        assert {r.version for r in requests.values()} == {version}
         return held
     finally:
         for watch in watches:
@@ -360,3 +360,41 @@ def test_without_kueue_nothing_is_watched_and_nothing_fails(
         finally:
             watch.stop()
             client.close()
+
+
+def test_a_server_with_only_v1beta1_is_read_on_it(tmp_path: Path) -> None:
+    """Kueue before v1beta2 (its CRDs serving v1beta1 only): the same watches fall back to
+    it. No Kueue runs, so the Workload has no condition yet: its reason is ""."""
+    with run_control_plane(tmp_path / "plane") as plane:
+        install_v1beta1_only(plane)
+        namespace = "old-team"
+        plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        old = f"{V1BETA1}/namespaces/{namespace}"
+        plane.ok(
+            "POST",
+            f"{old}/localqueues",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "LocalQueue",
+                "metadata": {"name": LOCAL_QUEUE},
+                "spec": {"clusterQueue": "old-cq"},
+            },
+        )
+        template = _gpu_job("old", 4)["spec"]["template"]
+        plane.ok(
+            "POST",
+            f"{old}/workloads",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Workload",
+                "metadata": {"name": "job-old"},
+                "spec": {
+                    "queueName": LOCAL_QUEUE,
+                    "podSets": [{"name": "main", "count": 2, "template": template}],
+                },
+            },
+        )
+        held = _kueue_watched(plane, version="v1beta1")
+        assert pending_workloads(held[WORKLOADS], held[LOCAL_QUEUES]) == {
+            ("old-cq", namespace, LOCAL_QUEUE, ""): (1, 8)
+        }
