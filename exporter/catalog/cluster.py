@@ -163,6 +163,15 @@ PENDING_WORKLOAD_GPUS = Metric(
     K,
     KUEUE_LABELS,
 )
+PENDING_WORKLOAD_SECONDS = Metric(
+    "kube_gpu_pending_workload_seconds",
+    G,
+    "seconds",
+    "Age of the oldest of those waiting Kueue Workloads (max by cluster_queue: the oldest "
+    "wait of the queue).",
+    K,
+    KUEUE_LABELS,
+)
 SCHEDULING_WAIT = Metric(
     "kube_gpu_scheduling_wait_seconds",
     H,
@@ -229,6 +238,7 @@ CLUSTER_METRICS: tuple[Metric, ...] = (
     QUOTA_REJECTIONS,
     PENDING_WORKLOADS,
     PENDING_WORKLOAD_GPUS,
+    PENDING_WORKLOAD_SECONDS,
     SCHEDULING_WAIT,
     DISRUPTIONS,
     WATCH_UP,

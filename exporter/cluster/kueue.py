@@ -41,10 +41,12 @@ class WaitingWorkload:
     local_queue: str
     reason: str
     gpus: int
+    created: float | None = None  # Unix time: the Workload's creation, when its Job queued
 
 
-# (cluster_queue, namespace, local_queue, reason) → (workloads, GPUs asked)
-PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int]]
+# (cluster_queue, namespace, local_queue, reason) → (workloads, GPUs asked, the oldest one's
+# creation time or None)
+PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int, float | None]]
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -83,7 +85,8 @@ def parse_workload(
     reason = ""
     if reserved is not None and reserved.get("status") == "False":
         reason = str(reserved.get("reason") or "")
-    return key, WaitingWorkload(namespace, queue, reason, gpus)
+    created = fields.timestamp(metadata.get("creationTimestamp"))
+    return key, WaitingWorkload(namespace, queue, reason, gpus, created)
 
 
 def parse_local_queue(obj: Mapping[str, Any]) -> tuple[str, str | None] | None:
@@ -99,16 +102,19 @@ def parse_local_queue(obj: Mapping[str, Any]) -> tuple[str, str | None] | None:
 def pending_workloads(
     workloads: Mapping[str, WaitingWorkload], local_queues: Mapping[str, str]
 ) -> PendingWorkloads:
-    """Waiting workloads and the GPUs they ask, by cluster queue, local queue and reason; a
-    LocalQueue not (yet) seen has cluster queue ""."""
+    """Waiting workloads, the GPUs they ask and when the oldest was created, by cluster
+    queue, local queue and reason; a LocalQueue not (yet) seen has cluster queue ""."""
     counts: Counter[tuple[str, str, str, str]] = Counter()
     gpus: Counter[tuple[str, str, str, str]] = Counter()
+    oldest: dict[tuple[str, str, str, str], float] = {}
     for workload in workloads.values():
         queue = local_queues.get(f"{workload.namespace}/{workload.local_queue}", "")
         key = (queue, workload.namespace, workload.local_queue, workload.reason)
         counts[key] += 1
         gpus[key] += workload.gpus
-    return {key: (count, gpus[key]) for key, count in counts.items()}
+        if workload.created is not None:
+            oldest[key] = min(workload.created, oldest.get(key, workload.created))
+    return {key: (count, gpus[key], oldest.get(key)) for key, count in counts.items()}
 
 
 class ServedVersion:

@@ -27,8 +27,8 @@ from kube_gpu_exporter.exporter.cluster.view import ClusterView
 from kube_gpu_exporter.exporter.exposition.families import add, family
 
 # Kueue's waiting Workloads: (cluster_queue, namespace, local_queue, reason) → (workloads,
-# GPUs asked), as cluster/kueue.py's pending_workloads counts them
-PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int]]
+# GPUs asked, the oldest's creation time), as cluster/kueue.py's pending_workloads counts them
+PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int, float | None]]
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def cluster_families(state: ClusterState) -> Iterator[Family]:
     if state.rejections is not None:
         yield _rejections(state.rejections)
     if state.workloads is not None:
-        yield from _workloads(state.workloads)
+        yield from _workloads(state.workloads, state.now)
     if state.transitions is not None:
         yield from _transitions(state.transitions)
     yield from _health(state)
@@ -149,9 +149,12 @@ def _rejections(totals: Mapping[Series, int]) -> Family:
     return rejected
 
 
-def _workloads(pending: PendingWorkloads) -> Iterator[Family]:
+def _workloads(pending: PendingWorkloads, now: float) -> Iterator[Family]:
     workloads, gpus = family(k.PENDING_WORKLOADS), family(k.PENDING_WORKLOAD_GPUS)
-    for (cluster_queue, namespace, local_queue, reason), (count, asked) in sorted(pending.items()):
+    seconds = family(k.PENDING_WORKLOAD_SECONDS)
+    for (cluster_queue, namespace, local_queue, reason), (count, asked, created) in sorted(
+        pending.items()
+    ):
         labels = {
             "cluster_queue": cluster_queue,
             "namespace": namespace,
@@ -160,8 +163,11 @@ def _workloads(pending: PendingWorkloads) -> Iterator[Family]:
         }
         add(workloads, labels, count)
         add(gpus, labels, asked)
+        if created is not None:
+            add(seconds, labels, max(0.0, now - created))
     yield workloads
     yield gpus
+    yield seconds
 
 
 def _transitions(counts: TransitionCounts) -> Iterator[Family]:

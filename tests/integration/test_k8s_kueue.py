@@ -8,8 +8,10 @@ says is recorded here as it says it: the cluster view's reasons are to join them
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -275,14 +277,15 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
     # what the cluster view will read: the Workloads and LocalQueues through ListWatch on the
     # first Kueue version served (v1beta2 here), the admitted Job's Workload dropped
     held = _kueue_watched(plane)
+    queued = _created(waiting)
     assert held[WORKLOADS] == {
         f"{namespace}/{waiting['metadata']['name']}": WaitingWorkload(
-            namespace, LOCAL_QUEUE, "Pending", 2
+            namespace, LOCAL_QUEUE, "Pending", 2, queued
         )
     }
     assert held[LOCAL_QUEUES] == {f"{namespace}/{LOCAL_QUEUE}": CLUSTER_QUEUE}
     assert pending_workloads(held[WORKLOADS], held[LOCAL_QUEUES]) == {
-        (CLUSTER_QUEUE, namespace, LOCAL_QUEUE, "Pending"): (1, 2)
+        (CLUSTER_QUEUE, namespace, LOCAL_QUEUE, "Pending"): (1, 2, queued)
     }
 
     # and `kube-gpu-exporter cluster` as users run it: the waiting Job in Kueue's words
@@ -307,10 +310,17 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
         assert values(parsed, "kube_gpu_pending_workloads", **series) == [1.0]
         assert values(parsed, "kube_gpu_pending_workload_gpus", **series) == [2.0]
         assert len(values(parsed, "kube_gpu_pending_workloads")) == 1, "the admitted one is not"
+        [age] = values(parsed, "kube_gpu_pending_workload_seconds", **series)
+        assert 0 <= age <= time.time() - queued + 1, age  # creation times are whole seconds
         for resource, held in (("workloads", 1.0), ("localqueues", 1.0)):
             assert values(parsed, "kube_gpu_cluster_watch_up", resource=resource) == [1.0]
             watched = values(parsed, "kube_gpu_cluster_watched_objects", resource=resource)
             assert watched == [held], resource
+
+
+def _created(obj: dict[str, Any]) -> float:
+    stamp = obj["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
 
 
 def _kueue_watched(plane: ControlPlane, version: str = "v1beta2") -> dict[str, dict[str, Any]]:
@@ -381,7 +391,7 @@ def test_a_server_with_only_v1beta1_is_read_on_it(tmp_path: Path) -> None:
             },
         )
         template = _gpu_job("old", 4)["spec"]["template"]
-        plane.ok(
+        made = plane.ok(
             "POST",
             f"{old}/workloads",
             {
@@ -396,5 +406,5 @@ def test_a_server_with_only_v1beta1_is_read_on_it(tmp_path: Path) -> None:
         )
         held = _kueue_watched(plane, version="v1beta1")
         assert pending_workloads(held[WORKLOADS], held[LOCAL_QUEUES]) == {
-            ("old-cq", namespace, LOCAL_QUEUE, ""): (1, 8)
+            ("old-cq", namespace, LOCAL_QUEUE, ""): (1, 8, _created(made))
         }

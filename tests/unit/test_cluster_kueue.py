@@ -38,8 +38,10 @@ def workload(
 
 
 def test_a_waiting_workload_counts_its_pod_sets_gpus_and_kueues_reason() -> None:
-    parsed = parse_workload(workload(("QuotaReserved", "False", "Pending")), SETTINGS)
-    assert parsed == ("team/job-x", WaitingWorkload("team", "lq", "Pending", 4))
+    obj = workload(("QuotaReserved", "False", "Pending"))
+    obj["metadata"]["creationTimestamp"] = "2026-11-28T14:00:00Z"
+    parsed = parse_workload(obj, SETTINGS)
+    assert parsed == ("team/job-x", WaitingWorkload("team", "lq", "Pending", 4, 1795874400.0))
 
 
 def test_not_yet_evaluated_has_no_reason() -> None:
@@ -65,13 +67,13 @@ def test_admitted_finished_or_gpu_less_workloads_are_dropped(obj: dict[str, Any]
 
 def test_pending_by_cluster_queue_local_queue_and_reason() -> None:
     waiting = {
-        "team/a": WaitingWorkload("team", "lq", "Pending", 2),
-        "team/b": WaitingWorkload("team", "lq", "Pending", 3),
+        "team/a": WaitingWorkload("team", "lq", "Pending", 2, 200.0),
+        "team/b": WaitingWorkload("team", "lq", "Pending", 3, 100.0),
         "other/c": WaitingWorkload("other", "unknown-lq", "", 1),
     }
     assert pending_workloads(waiting, {"team/lq": "gpu-cq"}) == {
-        ("gpu-cq", "team", "lq", "Pending"): (2, 5),
-        ("", "other", "unknown-lq", ""): (1, 1),
+        ("gpu-cq", "team", "lq", "Pending"): (2, 5, 100.0),
+        ("", "other", "unknown-lq", ""): (1, 1, None),
     }
 
 
