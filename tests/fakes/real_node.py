@@ -485,6 +485,12 @@ def _ready_heartbeat(node: RealNode) -> str:
 
 
 def _delete_pods(node: RealNode) -> None:
+    # DaemonSets first: their controller would put a deleted pod back on the node
+    for daemonset in node.plane.ok("GET", "/apis/apps/v1/daemonsets").get("items", []):
+        meta = daemonset["metadata"]
+        node.plane.request(
+            "DELETE", f"/apis/apps/v1/namespaces/{meta['namespace']}/daemonsets/{meta['name']}"
+        )
     on_node = f"/api/v1/pods?fieldSelector=spec.nodeName={node.name}"
     for pod in node.plane.ok("GET", on_node).get("items", []):
         meta = pod["metadata"]

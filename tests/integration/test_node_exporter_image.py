@@ -258,3 +258,10 @@ def test_chart_daemonset_on_the_node(
 
         parsed = wait_until(attributed, timeout=120, what="the DaemonSet's exporter attributing")
         assert values(parsed, ADVERTISED, resource="nvidia.com/gpu") == [4.0]
+
+        def ready() -> bool:  # the chart's readiness probe, from the kubelet over the bridge
+            pod = plane.ok("GET", f"/api/v1/namespaces/gpu-monitoring/pods/{name}")
+            conditions = pod.get("status", {}).get("conditions", [])
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        wait_until(ready, timeout=120, what="the DaemonSet's pod Ready")
