@@ -2,7 +2,7 @@
 packages) and the kubelet built from k8s.io/kubernetes at the control plane's version
 (`make node-bin`).
 
-What it takes on this machine kind (../shared notes, checked again here): cgroup v1 only and
+What it takes on this machine kind (checked here): cgroup v1 only and
 no systemd, so the kubelet runs with `cgroupDriver: cgroupfs` and `failCgroupV1: false`, and
 runc with `SystemdCgroup = false`; the sandbox refuses a negative oom_score_adj, so the CRI
 plugin has `restrict_oom_score_adj = true` (else runc fails "can't get final child's PID from

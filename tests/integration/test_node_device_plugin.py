@@ -1,5 +1,5 @@
-"""The test bench's device plugin (tests/fakes/device_plugin.py) on a real node (issue 33,
-stage 2): it registers through the kubelet's real device-plugin API and advertises the fake
+"""The test bench's device plugin (tests/fakes/device_plugin.py) on a real node:
+it registers through the kubelet's real device-plugin API and advertises the fake
 NVML's GPUs of tests/fakes/node_gpus.yaml (four whole H100s, an A100 in MIG mode with a
 3g.20gb, a 2g.10gb and a 1g.5gb instance) as NVIDIA's plugin names them.
 

@@ -1,7 +1,7 @@
-"""The exporter's container image (the Dockerfile's, built by tools/image.py) on the real node
-(issue 33, stage 3's first part): loaded into containerd from its docker-archive and run with
-`imagePullPolicy: Never` beside a GPU pod that the device plugin served, with the fake NVML
-and the kubelet's pod-resources folder mounted from the host:
+"""The exporter's container image (the Dockerfile's, built by tools/image.py) on the real node:
+loaded into containerd from its docker-archive and run with `imagePullPolicy: Never` beside
+a GPU pod that the device plugin served, with the fake NVML and the kubelet's pod-resources
+folder mounted from the host:
 
 - as a bare pod;
 - as the Helm chart's DaemonSet (`helm install` with the image, `runtimeClassName: ""` since

@@ -1,4 +1,4 @@
-"""A real node in the test bench (issue 33, stage 1): the kubelet built from k8s.io/kubernetes
+"""A real node in the test bench: the kubelet built from k8s.io/kubernetes
 at the control plane's version, Debian's containerd and runc, joined to the real control
 plane (tests/fakes/real_node.py).
 
