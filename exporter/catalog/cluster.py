@@ -172,6 +172,32 @@ PENDING_WORKLOAD_SECONDS = Metric(
     K,
     KUEUE_LABELS,
 )
+QUEUE_QUOTA_LABELS = ("cluster_queue", "flavor", "resource")
+QUEUE_NOMINAL = Metric(
+    "kube_gpu_queue_nominal_quota",
+    G,
+    "",
+    "A Kueue ClusterQueue's nominal quota of a GPU resource in a ResourceFlavor.",
+    K,
+    QUEUE_QUOTA_LABELS,
+)
+QUEUE_BORROWING_LIMIT = Metric(
+    "kube_gpu_queue_borrowing_limit",
+    G,
+    "",
+    "How much more of it the ClusterQueue may borrow from its cohort (absent: no limit).",
+    K,
+    QUEUE_QUOTA_LABELS,
+)
+QUEUE_USED = Metric(
+    "kube_gpu_queue_used_quota",
+    G,
+    "",
+    "What the ClusterQueue's admitted Workloads use of it, borrowed included, as Kueue counts "
+    "it (its status.flavorsUsage).",
+    K,
+    QUEUE_QUOTA_LABELS,
+)
 SCHEDULING_WAIT = Metric(
     "kube_gpu_scheduling_wait_seconds",
     H,
@@ -239,6 +265,9 @@ CLUSTER_METRICS: tuple[Metric, ...] = (
     PENDING_WORKLOADS,
     PENDING_WORKLOAD_GPUS,
     PENDING_WORKLOAD_SECONDS,
+    QUEUE_NOMINAL,
+    QUEUE_BORROWING_LIMIT,
+    QUEUE_USED,
     SCHEDULING_WAIT,
     DISRUPTIONS,
     WATCH_UP,

@@ -1,11 +1,12 @@
 """Kueue's queues, when the cluster has Kueue: the GPU workloads that wait in them.
 
 A Job queued by Kueue (`kueue.x-k8s.io/queue-name`) is suspended until Kueue admits it, so
-its pods do not exist yet and the pod view cannot see it wait; its `Workload` can. Two
+its pods do not exist yet and the pod view cannot see it wait; its `Workload` can. Three
 watches, started with the others: Workloads (those not admitted and not finished, asking for
-GPUs) and LocalQueues (which ClusterQueue each feeds, since a waiting Workload names only its
-LocalQueue). Both read `kueue.x-k8s.io/v1beta2`, or v1beta1 where that is all the server has
-(Kueue before 0.15); where neither is served the watches idle (`list_watch.NotServed`):
+GPUs), LocalQueues (which ClusterQueue each feeds, since a waiting Workload names only its
+LocalQueue) and ClusterQueues (their GPU quotas per flavor: nominal, borrowing limit, used).
+All read `kueue.x-k8s.io/v1beta2`, or v1beta1 where that is all the server has (Kueue before
+0.15); where neither is served the watches idle (`list_watch.NotServed`):
 nothing is exported and nothing is an error, and they look again after a while, since Kueue
 may be installed later.
 
@@ -23,13 +24,14 @@ from typing import Any, Final
 
 from kube_gpu_exporter.exporter.cluster import fields
 from kube_gpu_exporter.exporter.cluster.parse import effective_requests
+from kube_gpu_exporter.exporter.cluster.quantities import parse_quantity
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.kubernetes.api_errors import status_code
 from kube_gpu_exporter.exporter.kubernetes.list_watch import NotServed
 
 GROUP: Final = "kueue.x-k8s.io"
 API_VERSIONS: Final = ("v1beta2", "v1beta1")  # the first the server serves
-WORKLOADS, LOCAL_QUEUES = "workloads", "localqueues"
+WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "workloads", "localqueues", "clusterqueues"
 NOT_FOUND = 404
 
 
@@ -87,6 +89,58 @@ def parse_workload(
         reason = str(reserved.get("reason") or "")
     created = fields.timestamp(metadata.get("creationTimestamp"))
     return key, WaitingWorkload(namespace, queue, reason, gpus, created)
+
+
+@dataclass(frozen=True)
+class FlavorQuota:
+    """A ClusterQueue's quota of one GPU resource in one flavor: nominal, how much more it may
+    borrow from its cohort (None: no limit set) and what admitted Workloads use (None until
+    Kueue has counted it)."""
+
+    flavor: str
+    resource: str
+    nominal: int
+    borrowing_limit: int | None
+    used: int | None
+
+
+def parse_cluster_queue(
+    obj: Mapping[str, Any], settings: ClusterSettings
+) -> tuple[str, tuple[FlavorQuota, ...] | None] | None:
+    """(name, its GPU quotas per flavor), None as the value when it has none."""
+    name = fields.mapping(obj.get("metadata")).get("name")
+    if not isinstance(name, str):
+        return None
+    used: dict[tuple[str, str], int] = {}
+    for usage in fields.entries(fields.mapping(obj.get("status")).get("flavorsUsage")):
+        for resource in fields.entries(usage.get("resources")):
+            amount = parse_quantity(resource.get("total"), str(resource.get("name")))
+            if amount is not None:
+                used[(str(usage.get("name")), str(resource.get("name")))] = amount
+    quotas = []
+    for group in fields.entries(fields.mapping(obj.get("spec")).get("resourceGroups")):
+        for flavor in fields.entries(group.get("flavors")):
+            flavor_name = flavor.get("name")
+            for resource in fields.entries(flavor.get("resources")):
+                resource_name = resource.get("name")
+                if not isinstance(flavor_name, str) or not isinstance(resource_name, str):
+                    continue
+                if not settings.is_gpu_resource(resource_name):
+                    continue
+                nominal = parse_quantity(resource.get("nominalQuota"), resource_name)
+                if nominal is None:
+                    continue
+                limit = parse_quantity(resource.get("borrowingLimit"), resource_name)
+                quotas.append(
+                    FlavorQuota(
+                        flavor_name,
+                        resource_name,
+                        nominal,
+                        limit,
+                        used.get((flavor_name, resource_name)),
+                    )
+                )
+    return name, tuple(quotas) or None
 
 
 def parse_local_queue(obj: Mapping[str, Any]) -> tuple[str, str | None] | None:

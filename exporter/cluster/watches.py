@@ -1,6 +1,7 @@
 """The cluster mode's watches: every node, every pod that has not ended, every ResourceQuota
-and the FailedCreate events, and where Kueue is installed its Workloads and LocalQueues
-(kueue.py), kept current by `ListWatch` (410 relist, backoff, health) in six threads.
+and the FailedCreate events, and where Kueue is installed its Workloads, LocalQueues and
+ClusterQueues (kueue.py), kept current by `ListWatch` (410 relist, backoff, health) in seven
+threads.
 
 Each object is parsed into the slim values of objects.py as it arrives, so what is held of a
 pod is what the view reads, whatever its spec (bench/README.md has the figure); lists are
@@ -24,11 +25,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kube_gpu_exporter.exporter.cluster.kueue import (
+    CLUSTER_QUEUES,
     LOCAL_QUEUES,
     WORKLOADS,
+    FlavorQuota,
     PendingWorkloads,
     ServedVersion,
     WaitingWorkload,
+    parse_cluster_queue,
     parse_local_queue,
     parse_workload,
     pending_workloads,
@@ -46,7 +50,7 @@ from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 # kube-apiserver filters events by reason, so other events never cross the wire
 REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
-RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS, WORKLOADS, LOCAL_QUEUES)
+RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES)
 
 PodObserver = Callable[[Pod], None]
 
@@ -97,6 +101,7 @@ class ClusterWatches:
         self._quotas: HeldObjects[Quota] = HeldObjects()
         self._workloads: Mapping[str, WaitingWorkload] = {}
         self._local_queues: Mapping[str, str] = {}
+        self._cluster_queues: Mapping[str, tuple[FlavorQuota, ...]] = {}
         options: dict[str, Any] = {
             "timeout": timeout,
             "watch_seconds": watch_seconds,
@@ -154,6 +159,13 @@ class ClusterWatches:
                 self._publish_local_queues,
                 **options,
             ),
+            CLUSTER_QUEUES: ListWatch(
+                CLUSTER_QUEUES,
+                ServedVersion(api, CLUSTER_QUEUES),
+                functools.partial(parse_cluster_queue, settings=settings),
+                self._publish_cluster_queues,
+                **options,
+            ),
         }
 
     def start(self) -> None:
@@ -199,13 +211,29 @@ class ClusterWatches:
 
     def kueue_counts(self) -> dict[str, int]:
         """Objects held of Kueue's: waiting GPU Workloads, LocalQueues."""
-        return {WORKLOADS: len(self._workloads), LOCAL_QUEUES: len(self._local_queues)}
+        return {
+            WORKLOADS: len(self._workloads),
+            LOCAL_QUEUES: len(self._local_queues),
+            CLUSTER_QUEUES: len(self._cluster_queues),
+        }
+
+    def kueue_quotas(self) -> dict[tuple[str, str, str], tuple[int, int | None, int | None]]:
+        """The ClusterQueues' GPU quotas: (queue, flavor, resource) → nominal, borrowing
+        limit, used."""
+        return {
+            (name, q.flavor, q.resource): (q.nominal, q.borrowing_limit, q.used)
+            for name, quotas in dict(self._cluster_queues).items()
+            for q in quotas
+        }
 
     def _publish_workloads(self, held: Mapping[str, WaitingWorkload]) -> None:
         self._workloads = held  # the watch's own dict (a new one after each list)
 
     def _publish_local_queues(self, held: Mapping[str, str]) -> None:
         self._local_queues = held
+
+    def _publish_cluster_queues(self, held: Mapping[str, tuple[FlavorQuota, ...]]) -> None:
+        self._cluster_queues = held
 
     def up(self) -> dict[str, bool]:
         return {name: watch.up for name, watch in self.watches.items()}

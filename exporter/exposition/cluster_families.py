@@ -29,6 +29,9 @@ from kube_gpu_exporter.exporter.exposition.families import add, family
 # Kueue's waiting Workloads: (cluster_queue, namespace, local_queue, reason) → (workloads,
 # GPUs asked, the oldest's creation time), as cluster/kueue.py's pending_workloads counts them
 PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int, float | None]]
+# a ClusterQueue's GPU quotas: (cluster_queue, flavor, resource) → (nominal, borrowing limit,
+# used), None where not set or not yet counted
+QueueQuotas = Mapping[tuple[str, str, str], tuple[int, int | None, int | None]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class ClusterState:
     transitions: TransitionCounts | None = None
     rejections: Mapping[Series, int] | None = None
     workloads: PendingWorkloads | None = None  # Kueue's waiting Workloads (cluster/kueue.py)
+    queue_quotas: QueueQuotas | None = None  # Kueue's ClusterQueues' GPU quotas
 
 
 def selected_product(view: ClusterView, pod: Pod) -> str:
@@ -80,6 +84,8 @@ def cluster_families(state: ClusterState) -> Iterator[Family]:
         yield _rejections(state.rejections)
     if state.workloads is not None:
         yield from _workloads(state.workloads, state.now)
+    if state.queue_quotas is not None:
+        yield from _queue_quotas(state.queue_quotas)
     if state.transitions is not None:
         yield from _transitions(state.transitions)
     yield from _health(state)
@@ -168,6 +174,20 @@ def _workloads(pending: PendingWorkloads, now: float) -> Iterator[Family]:
     yield workloads
     yield gpus
     yield seconds
+
+
+def _queue_quotas(quotas: QueueQuotas) -> Iterator[Family]:
+    nominal, limit, used = (
+        family(m) for m in (k.QUEUE_NOMINAL, k.QUEUE_BORROWING_LIMIT, k.QUEUE_USED)
+    )
+    for (cluster_queue, flavor, resource), (amount, borrowable, counted) in sorted(quotas.items()):
+        labels = {"cluster_queue": cluster_queue, "flavor": flavor, "resource": resource}
+        add(nominal, labels, amount)
+        if borrowable is not None:
+            add(limit, labels, borrowable)
+        if counted is not None:
+            add(used, labels, counted)
+    yield from (nominal, limit, used)
 
 
 def _transitions(counts: TransitionCounts) -> Iterator[Family]:

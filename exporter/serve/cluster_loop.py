@@ -159,7 +159,17 @@ class ClusterLoop:
         rejected = self._rejections.totals if self._rejections is not None else None
         kueue = getattr(self._watches, "kueue_pending", None)  # ClusterWatches' (not fakes')
         workloads = kueue() if kueue is not None else None
-        state = ClusterState(view, health, self._clock(), started, transitions, rejected, workloads)
+        quotas = getattr(self._watches, "kueue_quotas", None)
+        state = ClusterState(
+            view,
+            health,
+            self._clock(),
+            started,
+            transitions,
+            rejected,
+            workloads,
+            quotas() if quotas is not None else None,
+        )
         body = FamiliesBody(list(cluster_families(state)), self._demand)
         body.body(TEXT_ACCEPT, gzipped=False)  # curl's and Prometheus' fallback, always
         body.prerender()  # and what scrapes asked for lately (Prometheus: OpenMetrics, gzip)

@@ -312,7 +312,11 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
         assert len(values(parsed, "kube_gpu_pending_workloads")) == 1, "the admitted one is not"
         [age] = values(parsed, "kube_gpu_pending_workload_seconds", **series)
         assert 0 <= age <= time.time() - queued + 1, age  # creation times are whole seconds
-        for resource, held in (("workloads", 1.0), ("localqueues", 1.0)):
+        quota = {"cluster_queue": CLUSTER_QUEUE, "flavor": FLAVOR, "resource": GPU}
+        assert values(parsed, "kube_gpu_queue_nominal_quota", **quota) == [2.0]
+        assert values(parsed, "kube_gpu_queue_used_quota", **quota) == [1.0], "Kueue's count"
+        assert values(parsed, "kube_gpu_queue_borrowing_limit") == [], "no limit set"
+        for resource, held in (("workloads", 1.0), ("localqueues", 1.0), ("clusterqueues", 1.0)):
             assert values(parsed, "kube_gpu_cluster_watch_up", resource=resource) == [1.0]
             watched = values(parsed, "kube_gpu_cluster_watched_objects", resource=resource)
             assert watched == [held], resource

@@ -50,7 +50,11 @@ CLUSTER_NEEDS = {
     ("", "pods", "get"),  # explain POD
     *{("", r, v) for r in ("pods", "nodes", "resourcequotas", "events") for v in ("list", "watch")},
     # Kueue's queues (exporter/cluster/kueue.py), where Kueue is installed
-    *{("kueue.x-k8s.io", r, v) for r in ("workloads", "localqueues") for v in ("list", "watch")},
+    *{
+        ("kueue.x-k8s.io", r, v)
+        for r in ("workloads", "localqueues", "clusterqueues")
+        for v in ("list", "watch")
+    },
 }
 PROBED_RESOURCES = [
     ("", "pods"),
@@ -72,6 +76,7 @@ PROBED_RESOURCES = [
     ("kueue.x-k8s.io", "workloads"),
     ("kueue.x-k8s.io", "localqueues"),
     ("kueue.x-k8s.io", "clusterqueues"),
+    ("kueue.x-k8s.io", "resourceflavors"),
 ]
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
@@ -280,7 +285,7 @@ def test_cluster_and_explain_work_with_the_cluster_views_token(
     args = [f"--kubernetes.kubeconfig={kubeconfig}", "--cluster.interval=200ms"]
     with run_exporter(args, tmp_path, command="cluster") as exporter:
         m = exporter.metrics_when(
-            lambda m: values(m, "kube_gpu_cluster_watch_up") == [1] * 6, "every watch up"
+            lambda m: values(m, "kube_gpu_cluster_watch_up") == [1] * 7, "every watch up"
         )
         assert values(m, "kube_gpu_pending_pods", namespace="ml") == [1]
         assert sum(values(m, "kube_gpu_cluster_watch_errors_total")) == 0

@@ -553,7 +553,7 @@ def test_cluster_view_deployment(deploy: Deploy) -> None:
         },
         {
             "apiGroups": ["kueue.x-k8s.io"],
-            "resources": ["workloads", "localqueues"],
+            "resources": ["workloads", "localqueues", "clusterqueues"],
             "verbs": ["list", "watch"],
         },
     ]

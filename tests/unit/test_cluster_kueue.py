@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from kube_gpu_exporter.exporter.cluster.kueue import (
+    FlavorQuota,
     ServedVersion,
     WaitingWorkload,
+    parse_cluster_queue,
     parse_workload,
     pending_workloads,
 )
@@ -111,3 +113,38 @@ def test_other_failures_are_not_taken_for_absence() -> None:
 
     with pytest.raises(ApiError):
         ServedVersion(lister, "workloads")()
+
+
+def test_a_cluster_queues_gpu_quotas_per_flavor_with_kueues_usage() -> None:
+    gpu = "nvidia.com/gpu"
+    queue = {
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", gpu],
+                    "flavors": [
+                        {
+                            "name": "h100",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": gpu, "nominalQuota": 8, "borrowingLimit": "4"},
+                            ],
+                        },
+                        {"name": "a100", "resources": [{"name": gpu, "nominalQuota": "2"}]},
+                    ],
+                }
+            ]
+        },
+        "status": {
+            "flavorsUsage": [
+                {"name": "h100", "resources": [{"name": gpu, "total": "10", "borrowed": "2"}]}
+            ]
+        },
+    }
+    assert parse_cluster_queue(queue, SETTINGS) == (
+        "cq",
+        (FlavorQuota("h100", gpu, 8, 4, 10), FlavorQuota("a100", gpu, 2, None, None)),
+    )
+    cpu_only = {"metadata": {"name": "cpu"}, "spec": {"resourceGroups": []}}
+    assert parse_cluster_queue(cpu_only, SETTINGS) == ("cpu", None)
