@@ -186,5 +186,10 @@ def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
             what="the plugin registered again",
         )
         _wait_resources(node, {"nvidia.com/gpu.shared": "16"}, "the replicas back")
-        assert _devices_by_pod(node)["sliced"] == {"nvidia.com/gpu.shared": [replica]}
+        # the new kubelet lists the pod once it has read its checkpoint back: polled
+        wait_until(
+            lambda: _devices_by_pod(node).get("sliced") == {"nvidia.com/gpu.shared": [replica]},
+            timeout=60,
+            what="the pod's replica in the new kubelet's pod-resources List",
+        )
         assert node.wait_pod_phase("sliced")["status"]["containerStatuses"][0]["restartCount"] == 0
