@@ -26,13 +26,11 @@ from kube_gpu_exporter.exporter.cluster import fields
 from kube_gpu_exporter.exporter.cluster.parse import effective_requests
 from kube_gpu_exporter.exporter.cluster.quantities import parse_quantity
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
-from kube_gpu_exporter.exporter.kubernetes.api_errors import status_code
-from kube_gpu_exporter.exporter.kubernetes.list_watch import NotServed
+from kube_gpu_exporter.exporter.kubernetes.served_version import ServedVersion
 
 GROUP: Final = "kueue.x-k8s.io"
 API_VERSIONS: Final = ("v1beta2", "v1beta1")  # the first the server serves
 WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "workloads", "localqueues", "clusterqueues"
-NOT_FOUND = 404
 
 
 @dataclass(frozen=True)
@@ -171,25 +169,10 @@ def pending_workloads(
     return {key: (count, gpus[key], oldest.get(key)) for key, count in counts.items()}
 
 
-class ServedVersion:
-    """A list/watch request on the first of Kueue's API versions the server serves; NotServed
-    when it serves none (no Kueue)."""
-
-    def __init__(self, lister: Callable[[str], Callable[..., Any]], resource: str) -> None:
-        self._apis = [lister(f"/apis/{GROUP}/{v}/{resource}") for v in API_VERSIONS]
-        self._resource = resource
-        self._version = 0
-
-    @property
-    def version(self) -> str:
-        return API_VERSIONS[self._version]
-
-    def __call__(self, **params: Any) -> Any:
-        for _ in API_VERSIONS:
-            try:
-                return self._apis[self._version](**params)
-            except Exception as exc:
-                if status_code(exc) != NOT_FOUND:
-                    raise
-            self._version = (self._version + 1) % len(API_VERSIONS)
-        raise NotServed(f"{GROUP} {self._resource} are not served (no Kueue in this cluster)")
+def served_version(lister: Callable[[str], Callable[..., Any]], resource: str) -> ServedVersion:
+    """The list/watch request of one of Kueue's resources on the first version served."""
+    return ServedVersion(
+        [lister(f"/apis/{GROUP}/{version}/{resource}") for version in API_VERSIONS],
+        API_VERSIONS,
+        f"{GROUP} {resource} are not served (no Kueue in this cluster)",
+    )

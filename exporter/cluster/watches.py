@@ -30,12 +30,12 @@ from kube_gpu_exporter.exporter.cluster.kueue import (
     WORKLOADS,
     FlavorQuota,
     PendingWorkloads,
-    ServedVersion,
     WaitingWorkload,
     parse_cluster_queue,
     parse_local_queue,
     parse_workload,
     pending_workloads,
+    served_version,
 )
 from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS, Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
@@ -147,21 +147,21 @@ class ClusterWatches:
             # Kueue's, where it is served (cluster/kueue.py): idle and up where it is not
             WORKLOADS: ListWatch(
                 WORKLOADS,
-                ServedVersion(api, WORKLOADS),
+                served_version(api, WORKLOADS),
                 functools.partial(parse_workload, settings=settings),
                 self._publish_workloads,
                 **options,
             ),
             LOCAL_QUEUES: ListWatch(
                 LOCAL_QUEUES,
-                ServedVersion(api, LOCAL_QUEUES),
+                served_version(api, LOCAL_QUEUES),
                 parse_local_queue,
                 self._publish_local_queues,
                 **options,
             ),
             CLUSTER_QUEUES: ListWatch(
                 CLUSTER_QUEUES,
-                ServedVersion(api, CLUSTER_QUEUES),
+                served_version(api, CLUSTER_QUEUES),
                 functools.partial(parse_cluster_queue, settings=settings),
                 self._publish_cluster_queues,
                 **options,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -209,26 +210,16 @@ class Listener:
         if probes_only:
             limits = replace(limits, read_header_timeout=OVERFLOW_TIMEOUT)
         connection = Connection(self._app, limits, probes_only=probes_only)
-        wire: Wire
-        if self._ssl_context is None:
-            wire = Wire(
-                sock,
-                connection,
-                client=client,
-                write_timeout=limits.write_timeout,
-                handshake_timeout=limits.read_header_timeout,
-                on_lost=self._lost,
-            )
-        else:
-            wire = TlsWire(
-                sock,
-                connection,
-                client=client,
-                write_timeout=limits.write_timeout,
-                handshake_timeout=limits.read_header_timeout,
-                on_lost=self._lost,
-                tls=self._ssl_contexts() if self._ssl_contexts else self._ssl_context,
-            )
+        tls = self._ssl_contexts() if self._ssl_contexts else self._ssl_context
+        kind = Wire if tls is None else functools.partial(TlsWire, tls=tls)
+        wire = kind(
+            sock,
+            connection,
+            client=client,
+            write_timeout=limits.write_timeout,
+            handshake_timeout=limits.read_header_timeout,
+            on_lost=self._lost,
+        )
         self._connections[wire] = connection
         self._heap.changed()
         return wire

@@ -21,19 +21,17 @@ from types import MappingProxyType
 from typing import Any
 
 from kube_gpu_exporter.exporter.catalog import NVIDIA_DRA_DRIVER
-from kube_gpu_exporter.exporter.kubernetes.api_errors import status_code
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 from kube_gpu_exporter.exporter.kubernetes.list_watch import (
     WATCH_SECONDS,
     ListWatch,
-    NotServed,
     Watcher,
     node_api_client,
 )
+from kube_gpu_exporter.exporter.kubernetes.served_version import ServedVersion
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 UUID_ATTRIBUTE = "uuid"
-NOT_FOUND = 404
 
 
 @dataclass(frozen=True)
@@ -110,13 +108,16 @@ class ResourceSliceWatcher(Watcher):
         client = node_api_client(node_name, kubeconfig, "ResourceSlices")
         self._driver = driver
         selector = f"spec.nodeName={node_name},spec.driver={driver}"
-        self._apis = [
-            client.lister(
-                f"/apis/resource.k8s.io/{version}/resourceslices", field_selector=selector
-            )
-            for version in API_VERSIONS
-        ]
-        self._version = 0
+        self._request = ServedVersion(
+            [
+                client.lister(
+                    f"/apis/resource.k8s.io/{version}/resourceslices", field_selector=selector
+                )
+                for version in API_VERSIONS
+            ],
+            API_VERSIONS,
+            "resource.k8s.io ResourceSlices are not served (no DRA in this cluster)",
+        )
         self._uuids: Mapping[tuple[str, str], str] = MappingProxyType({})
         self._watch: ListWatch[SliceDevices] = ListWatch(
             "resourceslices",
@@ -144,14 +145,3 @@ class ResourceSliceWatcher(Watcher):
 
     def _publish(self, slices: Mapping[str, SliceDevices]) -> None:
         self._uuids = device_uuids(slices)
-
-    def _request(self, **params: Any) -> Any:
-        """The list or watch call on the first API version the server serves."""
-        for _ in API_VERSIONS:
-            try:
-                return self._apis[self._version](**params)
-            except Exception as exc:
-                if status_code(exc) != NOT_FOUND:
-                    raise
-            self._version = (self._version + 1) % len(API_VERSIONS)
-        raise NotServed("resource.k8s.io ResourceSlices are not served (no DRA in this cluster)")

@@ -24,11 +24,11 @@ from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
 from kube_gpu_exporter.exporter.cluster.kueue import (
     LOCAL_QUEUES,
     WORKLOADS,
-    ServedVersion,
     WaitingWorkload,
     parse_local_queue,
     parse_workload,
     pending_workloads,
+    served_version,
 )
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.kubernetes.client import api_client
@@ -331,7 +331,7 @@ def _kueue_watched(plane: ControlPlane, version: str = "v1beta2") -> dict[str, d
     """Kueue's Workloads and LocalQueues as two ListWatches hold them once listed."""
     client = api_client(str(plane.kubeconfig))
     held: dict[str, dict[str, Any]] = {}
-    requests = {r: ServedVersion(client.lister, r) for r in (WORKLOADS, LOCAL_QUEUES)}
+    requests = {r: served_version(client.lister, r) for r in (WORKLOADS, LOCAL_QUEUES)}
     parsers = {
         WORKLOADS: lambda obj: parse_workload(obj, ClusterSettings()),
         LOCAL_QUEUES: parse_local_queue,
@@ -362,7 +362,7 @@ def test_without_kueue_nothing_is_watched_and_nothing_fails(
         seen: list[dict[str, Any]] = []
         watch = ListWatch(
             WORKLOADS,
-            ServedVersion(client.lister, WORKLOADS),
+            served_version(client.lister, WORKLOADS),
             lambda obj: parse_workload(obj, ClusterSettings()),
             lambda objs: seen.append(dict(objs)),
         )

@@ -10,11 +10,11 @@ import pytest
 
 from kube_gpu_exporter.exporter.cluster.kueue import (
     FlavorQuota,
-    ServedVersion,
     WaitingWorkload,
     parse_cluster_queue,
     parse_workload,
     pending_workloads,
+    served_version,
 )
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.kubernetes.client import ApiError
@@ -94,12 +94,12 @@ def _lister(served: set[str], asked: list[str]) -> Any:
 
 def test_v1beta2_first_then_v1beta1_then_not_served() -> None:
     asked: list[str] = []
-    both = ServedVersion(_lister({"v1beta1", "v1beta2"}, asked), "workloads")
+    both = served_version(_lister({"v1beta1", "v1beta2"}, asked), "workloads")
     assert both() == "/apis/kueue.x-k8s.io/v1beta2/workloads" and both.version == "v1beta2"
-    old = ServedVersion(_lister({"v1beta1"}, asked), "workloads")
+    old = served_version(_lister({"v1beta1"}, asked), "workloads")
     assert old() == "/apis/kueue.x-k8s.io/v1beta1/workloads" and old.version == "v1beta1"
     assert old() == "/apis/kueue.x-k8s.io/v1beta1/workloads", "the served one is kept"
-    none = ServedVersion(_lister(set(), asked), "workloads")
+    none = served_version(_lister(set(), asked), "workloads")
     with pytest.raises(NotServed, match="no Kueue"):
         none()
 
@@ -112,7 +112,7 @@ def test_other_failures_are_not_taken_for_absence() -> None:
         return request
 
     with pytest.raises(ApiError):
-        ServedVersion(lister, "workloads")()
+        served_version(lister, "workloads")()
 
 
 def test_a_cluster_queues_gpu_quotas_per_flavor_with_kueues_usage() -> None:
