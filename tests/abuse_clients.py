@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import signal
 import socket
 import ssl
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from raw_http import GET_METRICS, Reader, connect, other_addresses, request
 
-from support import Exporter, exporter_command, free_port, wait_until
+from support import Exporter, exporter_command, free_port, stop_process, wait_until
 
 HEALTHZ = request("GET", "/healthz")
 SCRAPE_TIMEOUT = 10.0  # seconds: Prometheus' default scrape_timeout
@@ -229,12 +228,7 @@ def run_tls_exporter(args: list[str], tmp_path: Path, client: ssl.SSLContext) ->
         assert proc.poll() is None, exporter.log()
         yield exporter
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
 
 
 def https_status(port: int, context: ssl.SSLContext) -> int:

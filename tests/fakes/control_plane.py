@@ -39,7 +39,7 @@ import yaml
 from real_binaries import require
 
 from kube_gpu_exporter.demo.children import ended_with_parent
-from support import free_port, wait_until
+from support import free_port, stop_process, wait_until
 
 ADMIN_USER = "kge-admin"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -182,13 +182,7 @@ def _start(
     log.close()
 
     def stop() -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, 20)
 
     stack.callback(stop)
     return proc, log_path

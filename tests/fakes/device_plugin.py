@@ -373,13 +373,9 @@ def run_plugin(
     try:
         yield log_path
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        from support import stop_process  # the tests' (this file also runs alone)
+
+        stop_process(proc, 20)
 
 
 def main(argv: list[str] | None = None) -> int:

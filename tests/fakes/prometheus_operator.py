@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import gzip
 import os
-import signal
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from operator_crds import _CrdLoader
 from real_binaries import real_components, require
 
 from kube_gpu_exporter.demo.children import ended_with_parent
-from support import free_port, wait_until
+from support import free_port, stop_process, wait_until
 
 # where the operator mounts what it generates into the Prometheus pod (pkg/prometheus)
 POD_RULES_DIR = "/etc/prometheus/rules/"
@@ -99,13 +98,7 @@ def run_operator(plane: ControlPlane, workdir: Path, *args: str) -> Iterator[Pat
         wait_until(healthy, timeout=120, what=f"prometheus-operator ready (log: {log_path})")
         yield log_path
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, 20)
 
 
 def _secret_file(plane: ControlPlane, namespace: str, name: str, key: str) -> str | None:

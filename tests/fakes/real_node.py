@@ -42,7 +42,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import urllib.request
@@ -61,7 +60,7 @@ from real_binaries import require
 
 from kube_gpu_exporter.demo.children import ended_with_parent
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2, api_pb2_grpc
-from support import free_port, wait_until
+from support import free_port, stop_process, wait_until
 
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 _NODE_LOCK = Path("/run/kge-real-node.lock")
@@ -317,13 +316,7 @@ def _start(
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, timeout)
 
 
 def _alive(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
