@@ -109,3 +109,50 @@ def attribution_scenario() -> Scenario:
 
 DEVICE_COUNT = GPUS * (1 + MIG_PER_GPU)
 ATTRIBUTION_DEVICE_COUNT = DEVICE_COUNT + 1
+
+
+# --- 8 whole H100s: the other common node layout --------------------------------------------
+
+H100_LINKS = 18  # NVLinks per SXM H100
+
+
+def _h100(gpu: int) -> dict[str, Any]:
+    """One whole H100 with one compute process (the pod holding it runs one)."""
+    return {
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_bytes": 80 * GIB,
+        "power_limit_watts": 700,
+        "energy_joules": 2.0e6 * (gpu + 1),
+        "nvlink_links": H100_LINKS,
+        "readings": {
+            "temperature_celsius": 38 + 2 * gpu,
+            "power_watts": 400 + 25 * gpu,
+            "utilization": 0.6,
+            "memory_used_bytes": (20 + gpu) * GIB,
+            "graphics_active": 0.9,
+            "sm_active": 0.7,
+            "tensor_active": 0.4,
+            "dram_active": 0.3,
+        },
+        "processes": [{"pid": 5000 + gpu, "used_memory_bytes": 20 * GIB, "sm_utilization": 0.6}],
+    }
+
+
+def h100_scenario() -> Scenario:
+    """8 whole H100s (8 devices, each with its NVLinks and GPM readings)."""
+    spec = ScenarioSpec.model_validate(
+        {
+            "description": f"{GPUS} H100 80GB GPUs, {H100_LINKS} NVLinks each",
+            "driver_version": "550.54.15",
+            "devices": [_h100(gpu) for gpu in range(GPUS)],
+        }
+    )
+    return Scenario(spec, source="bench/node.py")
+
+
+# The peers' nodes by name (bench/peers.py --node): how the tables describe each, its scenario
+NODES = {
+    "a100-mig": (f"{DEVICE_COUNT} devices ({GPUS} A100 × {MIG_PER_GPU} MIG {MIG_PROFILE})",
+                 node_scenario),
+    "h100": (f"{GPUS} devices ({GPUS} H100, {H100_LINKS} NVLinks each)", h100_scenario),
+}  # fmt: skip

@@ -1,10 +1,11 @@
-"""The three node exporters of bench/peers.py as subprocesses, and a sequential scraper.
+"""The node exporters of bench/peers.py as subprocesses, and a sequential scraper.
 
 Each server is started the way its users start it, on the same fake node (the environment
 that points libnvidia-ml.so.1 at the fake and the fake at its state file): ours as `serve`
-with attribution off, nvitop-exporter from its own virtual environment, and
-prometheus-client's `start_http_server` over our collector (bench/client_server.py). Figures
-are read from /proc, so the bench's own Python is never in them.
+with attribution off and with the DaemonSet's own flags (bench/deployed.py), nvitop-exporter
+from its own virtual environment, and prometheus-client's `start_http_server` over our
+collector (bench/client_server.py). Figures are read from /proc, so the bench's own Python is
+never in them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import procs
@@ -29,13 +30,15 @@ GZIP = {"Accept-Encoding": "gzip"}
 class Peer:
     """One exporter under test: `command(port)` starts it listening on 127.0.0.1:port."""
 
-    key: str  # ours, nvitop, client
+    key: str  # ours, deployed, nvitop, client
     name: str  # as the tables show it
     command: Callable[[int], list[str]]
+    env: Mapping[str, str] = field(default_factory=dict)  # beside the fake node's
 
 
-def peers(nvitop: Path, interval_s: int) -> tuple[Peer, ...]:
-    """Ours first: every ratio in the report is ours ÷ a peer's."""
+def peers(nvitop: Path, interval_s: int, deployed: Peer) -> tuple[Peer, ...]:
+    """Ours first, attribution off then as deployed (bench/deployed.py): every ratio in the
+    report is one of ours ÷ a peer's."""
 
     def nvitop_command(port: int) -> list[str]:
         return [
@@ -47,6 +50,7 @@ def peers(nvitop: Path, interval_s: int) -> tuple[Peer, ...]:
 
     return (
         Peer("ours", "kube-gpu-exporter", lambda port: procs.exporter_command(port, interval_s)),
+        deployed,
         Peer("nvitop", "nvitop-exporter", nvitop_command),
         Peer("client", "prometheus-client", procs.client_server_command),
     )
@@ -131,7 +135,7 @@ def running(peer: Peer, env: Mapping[str, str], log_dir: Path) -> Iterator[Runni
             peer.command(port),
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
+            env={**os.environ, **env, **peer.env},
         )
     try:
         yield Running(peer, proc, port, log_path, started)

@@ -1,24 +1,27 @@
 """`make bench`: the node exporter beside its peers, measured side by side in one run.
 
-Three exporters read the same 64-device node (8 A100 × 7 MIG, the fake libnvidia-ml through
-the real pynvml, bench/node.py) with a 5 s collection interval: ours (`serve`, attribution
-off), nvitop-exporter 1.7.2 (installed in a cache outside the checkout by bench/peer_install.py)
-and prometheus-client's `start_http_server` over our collector (bench/client_server.py). In
-order:
+Four exporters read the same node (`--node`: 8 A100 × 7 MIG, 64 devices, or 8 whole H100s; the
+fake libnvidia-ml through the real pynvml, bench/node.py): ours with attribution off (`serve
+--collector.interval=5s --kubelet.pod-resources-socket=`), ours as deployed (the DaemonSet's
+own flags read from deploy/daemonset.yaml, with a gRPC kubelet and an API server holding the
+node's pods, bench/deployed.py), nvitop-exporter 1.7.2 (installed in a cache outside the
+checkout by bench/peer_install.py) and prometheus-client's `start_http_server` over our
+collector (bench/client_server.py). nvitop and ours with attribution off collect every 5 s; as
+deployed, the manifest's interval. In order:
 
-1. cold start to first data: spawn → first 200 /metrics naming all 64 devices, each
-   exporter in turn, several times (the median is reported);
-2. the three started once more and left running: VmRSS at first data, body bytes plain and
-   gzip;
-3. all three scraped once a second (gzip, as Prometheus asks) for a few minutes: the share of
-   a core each used, VmRSS every 10 s (is it flat?);
+1. cold start to first data: spawn → first 200 /metrics naming every device, each exporter in
+   turn, several times (the median is reported);
+2. all started once more and left running: VmRSS at first data (as deployed: once every GPU
+   pod is attributed), body bytes plain and gzip;
+3. all scraped once a second (gzip, as Prometheus asks) for a few minutes: the share of a core
+   each used, VmRSS every 10 s (is it flat?);
 4. each in turn: its idle CPU rate without scrapes, then sequential scrapes plain and gzip;
    scrape CPU per request = (process CPU over the scrapes − idle rate × their time) ÷ N.
 
 CPU is utime + stime of the whole process from /proc/<pid>/stat. Figures are reported beside
 their targets (ratios to a peer's figure of the same run), never asserted.
 
-    python bench/peers.py [--quick | --long] [--readme]
+    python bench/peers.py [--quick | --long] [--node a100-mig|h100] [--readme]
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from pathlib import Path
 
 import peer_install
 import procs
+from deployed import DeployedNode, deployed_node
 from errors import BenchError
 from fake import FakeNode, prepare
-from node import node_scenario
+from node import NODES
 from peer_report import Figures, Run, ScrapeCpu, Settings, render, run_line
 from peer_servers import Peer, Running, Scraper, peers, running, wait_first_data
 from report import load_average, update_readme
@@ -47,6 +51,9 @@ START, END = "<!-- peers:start -->", "<!-- peers:end -->"
 # --long's hour has a section of its own: make bench's two minutes do not replace it
 LONG_START, LONG_END = "<!-- peers-long:start -->", "<!-- peers-long:end -->"
 LONG_S = 3600.0
+# Ours, both ways: the exporters whose Xid watcher waits in the fake's nvmlEventSetWait
+WATCHES_XIDS = ("ours", "deployed")
+ALLOCATION_INFO = b"nvidia_gpu_allocation_info{"
 UUID = re.compile(rb"\b(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
 
@@ -60,6 +67,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
     parser.add_argument("--idle", type=float, help="idle seconds before scrapes (default 20)")
     parser.add_argument("--scrapes", type=float, help="seconds of each scrape run (default 10)")
     parser.add_argument("--interval", type=int, default=5, help="collection interval, seconds")
+    parser.add_argument("--node", choices=sorted(NODES), default="a100-mig", help="node layout")
     parser.add_argument("--readme", action="store_true", help="write the figures to README")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -71,6 +79,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
         rss_every_s=5.0 if quick else 10.0 if steady <= 600 else 60.0,
         idle_s=args.idle or (6.0 if quick else 20.0),
         scrape_s=args.scrapes or (3.0 if quick else 10.0),
+        node=args.node,
     )
     return settings, args.readme and not quick
 
@@ -142,7 +151,7 @@ def steady(
     for i, server in enumerate(servers):
         cpu = procs.cpu_seconds(server.pid) - cpu_before[i]
         poller = 0.0
-        if server.peer.key == "ours":
+        if server.peer.key in WATCHES_XIDS:
             poller = poller_cpu(server.pid, threads_before[i], procs.thread_cpu(server.pid))
         rss[i].append((elapsed, procs.rss_bytes(server.pid)))
         found[server.peer.key] = (cpu / elapsed, poller / elapsed, rss[i])
@@ -173,11 +182,47 @@ def scrape_cpu(server: Running, gzip: bool, seconds: float) -> ScrapeCpu:
     return ScrapeCpu(n, procs.cpu_seconds(server.pid) - before, time.monotonic() - started)
 
 
+def wait_attributed(server: Running, held: int) -> None:
+    """Until /metrics attributes every device a GPU pod holds (the kubelet listed, a cycle ran)."""
+    deadline = time.monotonic() + procs.START_TIMEOUT_SECONDS
+    scraper = Scraper(server.port)
+    try:
+        while (found := scraper.get()[1].count(ALLOCATION_INFO)) < held:
+            if time.monotonic() > deadline or server.proc.poll() is not None:
+                raise BenchError(
+                    f"{server.peer.name}: {found} of {held} devices attributed "
+                    f"({server.last_log_line()})"
+                )
+            time.sleep(0.2)
+    finally:
+        scraper.close()
+
+
 def measure(settings: Settings, work: Path, log: Callable[[str], None] = say) -> Run:
     nvitop = peer_install.nvitop_exporter(log)
-    all_peers = peers(nvitop, settings.interval_s)
-    node = prepare(work, node_scenario())
+    description, scenario = NODES[settings.node]
+    node = prepare(work, scenario())
     uuids = device_uuids(node)
+    with deployed_node(scenario().state_at(0), work) as deployed:
+        log(f"as deployed: {' '.join(deployed.args)} ({deployed.pods} pods on the node)")
+        all_peers = peers(nvitop, settings.interval_s, _deployed_peer(deployed))
+        return _measure(settings, work, node, uuids, all_peers, deployed, description, log)
+
+
+def _deployed_peer(deployed: DeployedNode) -> Peer:
+    return Peer("deployed", "kube-gpu-exporter, as deployed", deployed.command, deployed.env)
+
+
+def _measure(
+    settings: Settings,
+    work: Path,
+    node: FakeNode,
+    uuids: frozenset[bytes],
+    all_peers: Sequence[Peer],
+    deployed: DeployedNode,
+    description: str,
+    log: Callable[[str], None],
+) -> Run:
     starts = cold_starts(all_peers, node, uuids, work, settings.cold_starts)
     first: dict[str, tuple[int, int, int, int]] = {}
     costs: dict[str, tuple[float, ScrapeCpu, ScrapeCpu]] = {}
@@ -186,9 +231,11 @@ def measure(settings: Settings, work: Path, log: Callable[[str], None] = say) ->
         for peer in all_peers:
             server = stack.enter_context(running(peer, node.env, work))
             wait_first_data(server, uuids)
+            if peer.key == "deployed":
+                wait_attributed(server, deployed.held)
             first[peer.key] = (procs.rss_bytes(server.pid), *bodies(server))
             servers.append(server)
-        log(f"all three at 1 scrape/s for {settings.steady_s:.0f} s")
+        log(f"all {len(servers)} at 1 scrape/s for {settings.steady_s:.0f} s")
         at_one_per_s = steady(servers, settings.steady_s, settings.rss_every_s)
         for server in servers:
             rate = idle_rate(server, settings.idle_s)
@@ -202,7 +249,15 @@ def measure(settings: Settings, work: Path, log: Callable[[str], None] = say) ->
     figures = {
         key: Figures(starts[key], *first[key], *at_one_per_s[key], *costs[key]) for key in starts
     }
-    return Run(settings, {p.key: p.name for p in all_peers}, figures, len(uuids))
+    return Run(
+        settings,
+        {p.key: p.name for p in all_peers},
+        figures,
+        len(uuids),
+        description,
+        deployed.args,
+        (deployed.pods, deployed.gpu_pods),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,7 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n" + text)
     if write:
         long = settings.steady_s >= LONG_S
-        update_readme(README, text, *((LONG_START, LONG_END) if long else (START, END)))
+        start, end = (LONG_START, LONG_END) if long else (START, END)
+        if settings.node != "a100-mig":  # the other node's section
+            start, end = (m.replace(" -->", f" {settings.node} -->") for m in (start, end))
+        update_readme(README, text, start, end)
         say(f"results written to {README}")
     return 0
 
