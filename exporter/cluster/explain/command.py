@@ -29,7 +29,12 @@ POD_PREFIXES: Final = ("pod/", "pods/", "po/")  # kubectl's TYPE/NAME form
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[0] if __doc__ else None
-    parser.add_argument("pod", nargs="?", metavar="POD", help="the pending pod's name")
+    parser.add_argument(
+        "pod",
+        nargs="?",
+        metavar="POD",
+        help="the pending pod's name; job/NAME or workload/NAME for a Job Kueue queues",
+    )
     parser.add_argument(
         "-n",
         "--namespace",
@@ -67,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain, print, and return the exit status (see the module docstring)."""
     from kube_gpu_exporter.exporter.cluster.classify import classify
-    from kube_gpu_exporter.exporter.cluster.explain import limits
+    from kube_gpu_exporter.exporter.cluster.explain import kueue_command, limits
     from kube_gpu_exporter.exporter.cluster.explain.admission import Admission, admit
     from kube_gpu_exporter.exporter.cluster.explain.api import (
         ApiReader,
@@ -92,9 +97,17 @@ def run(args: argparse.Namespace) -> int:
     )
     admission = Admission()
     try:
-        name = _pod_name(args)
+        # a Job or Workload, or a manifest of a Job queued by Kueue: kueue_command.py's
+        queued = kueue_command.target(args) if bool(args.pod) != bool(args.filename) else None
+        name = _pod_name(args) if queued is None else ""
         kubeconfig = default_kubeconfig(args.kubeconfig, args.context)
         namespace = args.namespace or context_namespace(kubeconfig)
+        if queued is not None:
+            reader = ApiReader(kubeconfig, settings)
+            try:
+                return kueue_command.run(args, *queued, reader, namespace, colour)
+            finally:
+                reader.close()
         if args.filename:
             label = f"manifest {args.filename}"
             manifest = read_manifest(args.filename, namespace)
