@@ -149,6 +149,25 @@ class ExporterState:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldXid:
+    """An Xid whose catalog action its GPU still owes (exposition/health_memory.py holds it
+    until the GPU shows it was acted on)."""
+
+    code: int
+    action: str  # the catalog's, in nvidia_gpu_action_required's words: reset_gpu, reboot
+    since: float  # unix time the exporter first saw the event (NVML's events carry no time)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionMemory:
+    """What one cycle's readings cannot say alone of a GPU's needed action: the Xid it owes,
+    and since when the exporter has seen each (action, source) it serves."""
+
+    xid: HeldXid | None = None
+    since: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     node: NodeSample
     exporter: ExporterState
@@ -156,3 +175,6 @@ class Snapshot:
     attribution: AttributionSample | None = None  # None: attribution disabled
     # NVIDIA GPUs on the PCI bus, from sysfs beside NVML; None: not read or unreadable
     pci_gpus: int | None = None
+    # Per GPU uuid, what the collection loop remembers of its needed action; empty where no
+    # loop kept it (a snapshot rendered on its own): no Xid held, no "since" served.
+    health: Mapping[str, ActionMemory] = field(default_factory=dict)

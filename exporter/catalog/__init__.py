@@ -57,6 +57,7 @@ from kube_gpu_exporter.exporter.catalog.errors import (
 )
 from kube_gpu_exporter.exporter.catalog.hardware import (
     ACTION_REQUIRED,
+    ACTION_REQUIRED_SINCE,
     CLOCK_EVENT_DURATION,
     DECODER_UTILIZATION,
     ENCODER_UTILIZATION,
@@ -125,6 +126,7 @@ ALL_METRICS: tuple[Metric, ...] = (
     CLOCK_EVENT_ACTIVE,
     XID_ERRORS,
     ACTION_REQUIRED,
+    ACTION_REQUIRED_SINCE,
     COMPUTE_PROCESSES,
     ALLOCATION_INFO,
     POD_UTILIZATION,
@@ -153,6 +155,7 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in ALL_METRICS}
 
 __all__ = [
     "ACTION_REQUIRED",
+    "ACTION_REQUIRED_SINCE",
     "ALLOCATION_INFO",
     "ALL_METRICS",
     "BUILD_INFO",

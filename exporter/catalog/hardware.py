@@ -87,11 +87,21 @@ ACTION_REQUIRED = Metric(
     "nvidia_gpu_action_required",
     G,
     "",
-    "1 for each action the GPU needs now and the reading that asks for it (source "
-    "recovery_action, row_remap_pending or row_remap_failed); action none (source nvml) when "
-    "NVML's recovery action says nothing is needed; absent where NVML cannot say.",
+    "1 for each action the GPU needs now and the source that asks for it (recovery_action, "
+    "row_remap_pending, row_remap_failed, or xid with the Xid's code, held until the GPU is "
+    "reset); action none (source nvml) when NVML's recovery action says nothing is needed "
+    "and nothing else asks; absent where NVML cannot say.",
     D,
-    ("action", "source"),
+    ("action", "source", "xid"),
+)
+ACTION_REQUIRED_SINCE = Metric(
+    "nvidia_gpu_action_required_since_timestamp_seconds",
+    G,
+    "seconds",
+    "Unix time the exporter first saw the nvidia_gpu_action_required series of the same "
+    "labels (an Xid's: the collection cycle that saw its event).",
+    D,
+    ("action", "source", "xid"),
 )
 MEMORY_TEMPERATURE = Metric(
     "nvidia_gpu_memory_temperature_celsius", G, "celsius", "HBM memory temperature.", D

@@ -16,11 +16,12 @@ from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.attribution.attribute import lists_every_process
 from kube_gpu_exporter.exporter.exposition.attribution_families import attribution_families
 from kube_gpu_exporter.exporter.exposition.families import add, device_labels, family
-from kube_gpu_exporter.exporter.exposition.health_action import actions
-from kube_gpu_exporter.exporter.snapshot import DeviceSample, Snapshot
+from kube_gpu_exporter.exporter.exposition.health_action import actions, health_labels
+from kube_gpu_exporter.exporter.snapshot import ActionMemory, DeviceSample, Snapshot
 
 # Device metrics with one plain number per device, in render order.
 VALUE_METRICS = (*c.DEVICE_VALUE_METRICS, *c.PROFILING_METRICS, *c.HARDWARE_VALUE_METRICS)
+NO_HEALTH = ActionMemory()  # a GPU nothing is remembered of: no Xid held, no "since"
 
 
 class SnapshotCollector:
@@ -113,13 +114,21 @@ class SnapshotCollector:
         yield events
         yield xids
 
-        # What each GPU needs now, in the Xid catalog's words (health_action.py); a GPU that
-        # is not up says nothing (GPULost is the alert for it).
+        # What each GPU needs now, in the Xid catalog's words (health_action.py), with the Xid
+        # it owes and since when as the collection loop remembers them (health_memory.py); a
+        # GPU that is not up says nothing (GPULost is the alert for it).
         needed = family(c.ACTION_REQUIRED)
+        since = family(c.ACTION_REQUIRED_SINCE)
         for device, base in zip(devices, labels, strict=True):
-            for action, source in actions(device.values) if device.up else ():
-                add(needed, base | {"action": action, "source": source}, 1)
+            health = self._snapshot.health.get(device.identity.uuid, NO_HEALTH)
+            for action, source in actions(device.values, health.xid) if device.up else ():
+                series = base | health_labels(action, source, health.xid)
+                add(needed, series, 1)
+                first = health.since.get((action, source))
+                if first is not None:
+                    add(since, series, first)
         yield needed
+        yield since
 
     def exporter_families(self) -> Iterator[Family]:
         """The exporter's own health: NVML up, cycle duration and count, errors, kubelet."""

@@ -25,6 +25,7 @@ from kube_gpu_exporter.exporter.catalog.errors import (
     STALLED_ERROR_KIND,
     SYSFS_ERROR_KIND,
 )
+from kube_gpu_exporter.exporter.exposition.health_memory import HealthMemory
 from kube_gpu_exporter.exporter.exposition.render import Demand, Rendered, render
 from kube_gpu_exporter.exporter.serve.landing import device_section
 from kube_gpu_exporter.exporter.snapshot import ExporterState, NodeSample, Snapshot
@@ -130,6 +131,7 @@ class CollectionLoop:
         self._collections = 0
         self._last_success = 0.0
         self._demand = Demand()  # the body variants scrapes ask for: pre-rendered each cycle
+        self._health = HealthMemory()  # held Xids and "since": kept on the collector thread
         self.latest: Rendered | None = None
         self.ever_succeeded = False
         self.stalled = False  # a cycle has been stuck for longer than the stall timeout
@@ -270,7 +272,12 @@ class CollectionLoop:
         )
         attribution = attributed.sample if attributed else None
         snapshot = Snapshot(
-            node=node, exporter=state, taken_at=now, attribution=attribution, pci_gpus=pci_gpus
+            node=node,
+            exporter=state,
+            taken_at=now,
+            attribution=attribution,
+            pci_gpus=pci_gpus,
+            health=self._health.update(node, now),
         )
         extra = self._dcgm_compat.families(snapshot) if self._dcgm_compat else ()
         return render(snapshot, extra, demand=self._demand, started=started)

@@ -41,7 +41,14 @@ ROWS = {row.key: row for row in READINGS}
 # Device metrics that are not a reading: discovery gives the facts (and a MIG instance's share),
 # `up` says whether the device answered, Xids come from the NVML event thread rather than a
 # call per cycle, and the action a GPU needs is computed from other readings.
-NOT_READINGS = {c.GPU_INFO, c.GPU_UP, c.SHARE, c.XID_ERRORS, c.ACTION_REQUIRED}
+NOT_READINGS = {
+    c.GPU_INFO,
+    c.GPU_UP,
+    c.SHARE,
+    c.XID_ERRORS,
+    c.ACTION_REQUIRED,
+    c.ACTION_REQUIRED_SINCE,
+}
 
 # One GPU, one MIG-enabled GPU: every state value a row names must exist on them.
 NODE = Scenario.parse(
