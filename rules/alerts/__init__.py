@@ -23,6 +23,7 @@ from kube_gpu_exporter.rules.alerts import (
     memory_leaks,
     node_devices,
     nodes,
+    queues,
     scheduling,
     scheduling_disruptions,
     workload_memory,
@@ -56,7 +57,10 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
         ),
     ),
     ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
-    ("kube-gpu-exporter.scheduling", (*scheduling.SPECS, *scheduling_disruptions.SPECS)),
+    (
+        "kube-gpu-exporter.scheduling",
+        (*scheduling.SPECS, *scheduling_disruptions.SPECS, *queues.SPECS),
+    ),
     (
         "kube-gpu-exporter.exporter",
         (*exporter.SPECS, *exporter_allocatable.SPECS, *cluster_view.SPECS),
