@@ -198,6 +198,50 @@ QUEUE_USED = Metric(
     K,
     QUEUE_QUOTA_LABELS,
 )
+FLAVOR_NODES = Metric(
+    "kube_gpu_flavor_nodes",
+    G,
+    "",
+    "Nodes a Kueue ResourceFlavor's pods could be bound to (its node labels, no scheduling "
+    "taint its tolerations leave) that advertise the GPU resource above 0; 0: none ever could.",
+    K,
+    ("flavor", "resource"),
+)
+QUEUE_INFO = Metric(
+    "kube_gpu_queue_info",
+    G,
+    "",
+    'A Kueue ClusterQueue with GPU quota and its cohort ("" when none); always 1.',
+    K,
+    ("cluster_queue", "cohort"),
+)
+QUEUE_ADMISSIONS = Metric(
+    "kube_gpu_queue_admissions_total",
+    C,
+    "",
+    "GPU-asking Kueue Workloads this process saw admitted to the ClusterQueue since it started "
+    "(Admitted=True transitions).",
+    K,
+    ("cluster_queue",),
+)
+QUEUE_PREEMPTIONS = Metric(
+    "kube_gpu_queue_preemptions_total",
+    C,
+    "",
+    "GPU-asking Kueue Workloads of the ClusterQueue this process saw evicted by preemption "
+    "since it started (Evicted=True, reason Preempted).",
+    K,
+    ("cluster_queue",),
+)
+QUEUE_POD_INFO = Metric(
+    "kube_gpu_queue_pod_info",
+    G,
+    "",
+    "A GPU pod, not ended, of a Workload Kueue admitted, with the queues it was admitted "
+    "through; always 1 (join it to the pod's GPU usage).",
+    K,
+    ("namespace", "pod", "cluster_queue", "local_queue"),
+)
 SCHEDULING_WAIT = Metric(
     "kube_gpu_scheduling_wait_seconds",
     H,
@@ -268,6 +312,11 @@ CLUSTER_METRICS: tuple[Metric, ...] = (
     QUEUE_NOMINAL,
     QUEUE_BORROWING_LIMIT,
     QUEUE_USED,
+    FLAVOR_NODES,
+    QUEUE_INFO,
+    QUEUE_ADMISSIONS,
+    QUEUE_PREEMPTIONS,
+    QUEUE_POD_INFO,
     SCHEDULING_WAIT,
     DISRUPTIONS,
     WATCH_UP,

@@ -145,6 +145,7 @@ class _PodMeta(_Struct):
     creationTimestamp: Any = None
     deletionTimestamp: Any = None
     resourceVersion: Any = None
+    ownerReferences: Any = None
 
 
 class _PodSpec(_Struct):
@@ -212,6 +213,7 @@ def _pod(pod: _Pod) -> Any:
         nominated=status.nominatedNodeName,
         reason=status.reason,
         conditions=status.conditions,
+        owners=meta.ownerReferences,
     )
     return EMPTY if slim is None else slim
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kube_gpu_exporter.exporter.cluster import fields
-from kube_gpu_exporter.exporter.cluster.parse import effective_requests
+from kube_gpu_exporter.exporter.cluster.kueue_workloads import parse_kueue_workload
 from kube_gpu_exporter.exporter.cluster.quantities import parse_quantity
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.kubernetes.served_version import ServedVersion
@@ -31,6 +31,7 @@ from kube_gpu_exporter.exporter.kubernetes.served_version import ServedVersion
 GROUP: Final = "kueue.x-k8s.io"
 API_VERSIONS: Final = ("v1beta2", "v1beta1")  # the first the server serves
 WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "workloads", "localqueues", "clusterqueues"
+RESOURCE_FLAVORS, COHORTS = "resourceflavors", "cohorts"
 
 
 @dataclass(frozen=True)
@@ -49,44 +50,25 @@ class WaitingWorkload:
 PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int, float | None]]
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for condition in fields.entries(status.get("conditions")):
-        if condition.get("type") == kind:
-            return condition
-    return None
-
-
 def parse_workload(
     obj: Mapping[str, Any], settings: ClusterSettings
 ) -> tuple[str, WaitingWorkload | None] | None:
     """(namespace/name, the waiting workload), or None as the value for one that is
-    admitted, finished or asks for no GPU (it is dropped)."""
-    metadata = fields.mapping(obj.get("metadata"))
-    namespace, name = metadata.get("namespace"), metadata.get("name")
-    if not isinstance(namespace, str) or not isinstance(name, str):
+    admitted, finished or asks for no GPU (it is dropped). The waiting part of what
+    kueue_workloads.py reads of every Workload."""
+    parsed = parse_kueue_workload(obj, settings)
+    if parsed is None:
         return None
-    key = f"{namespace}/{name}"
-    spec, status = fields.mapping(obj.get("spec")), fields.mapping(obj.get("status"))
-    for done in ("Admitted", "Finished"):
-        condition = _condition(status, done)
-        if condition is not None and condition.get("status") == "True":
-            return key, None
-    gpus = 0
-    for pod_set in fields.entries(spec.get("podSets")):
-        count = pod_set.get("count")
-        template = fields.mapping(fields.mapping(pod_set.get("template")).get("spec"))
-        asked = settings.gpu_part(effective_requests(template))
-        if isinstance(count, int) and count > 0:
-            gpus += count * sum(asked.values())
-    queue = spec.get("queueName")
-    if gpus <= 0 or not isinstance(queue, str) or not queue:
+    key, workload = parsed
+    if workload is None or workload.admitted:
         return key, None
-    reserved = _condition(status, "QuotaReserved")
-    reason = ""
-    if reserved is not None and reserved.get("status") == "False":
-        reason = str(reserved.get("reason") or "")
-    created = fields.timestamp(metadata.get("creationTimestamp"))
-    return key, WaitingWorkload(namespace, queue, reason, gpus, created)
+    return key, WaitingWorkload(
+        workload.namespace,
+        workload.local_queue,
+        workload.quota_reason,
+        workload.gpus,
+        workload.created,
+    )
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,9 @@ class Pod:
       DeletionByTaintManager, EvictionByEvictionAPI, TerminationByKubelet), else "";
     - `has_claims`: the pod asks for DRA resource claims, which placement does not evaluate;
     - `priority`: `spec.priority` as the Priority admission plugin set it, None when absent
-      (the cluster watches do not read it; explain -f weighs preemption with it).
+      (the cluster watches do not read it; explain -f weighs preemption with it);
+    - `owner_uid`: the uid of its controller owner (a Job's, a ReplicaSet's), "" when none:
+      Kueue's Workload names the same owner, which ties the pod to its queue (kueue_pods.py).
     Times are Unix seconds, None when absent.
     """
 
@@ -156,6 +158,7 @@ class Pod:
     deleting: bool = False
     has_claims: bool = False
     priority: int | None = None
+    owner_uid: str = ""
 
     @property
     def terminated(self) -> bool:

@@ -95,6 +95,7 @@ def parse_pod(obj: Mapping[str, Any] | Pod, namespace: str = "") -> Pod | None:
         reason=status.get("reason"),
         conditions=status.get("conditions"),
         priority=spec.get("priority"),
+        owners=metadata.get("ownerReferences"),
     )
 
 
@@ -117,6 +118,7 @@ def pod_from(
     reason: Any,
     conditions: Any,
     priority: Any = None,
+    owners: Any = None,
 ) -> Pod | None:
     """A pod from its fields as JSON gives them (None where absent), each of any type, with
     its effective requests and whether it has claims already worked out."""
@@ -150,7 +152,17 @@ def pod_from(
         deleting=deletion is not None,
         has_claims=claims,
         priority=priority if type(priority) is int else None,
+        owner_uid=controller_uid(owners),
     )
+
+
+def controller_uid(owners: Any) -> str:
+    """The uid of the owner reference marked `controller` (the one a pod has at most), ""
+    when none is: interned, since a Job's or a ReplicaSet's pods all name it."""
+    for owner in fields.entries(owners):
+        if owner.get("controller") is True:
+            return fields.interned(owner.get("uid"))
+    return ""
 
 
 @functools.lru_cache(maxsize=fields.SHARED)

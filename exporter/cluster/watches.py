@@ -1,7 +1,7 @@
 """The cluster mode's watches: every node, every pod that has not ended, every ResourceQuota
-and the FailedCreate events, and where Kueue is installed its Workloads, LocalQueues and
-ClusterQueues (kueue.py), kept current by `ListWatch` (410 relist, backoff, health) in seven
-threads.
+and the FailedCreate events, and where Kueue is installed its Workloads, LocalQueues,
+ClusterQueues, ResourceFlavors and Cohorts (kueue*.py), kept current by `ListWatch` (410
+relist, backoff, health) in nine threads.
 
 Each object is parsed into the slim values of objects.py as it arrives, so what is held of a
 pod is what the view reads, whatever its spec (bench/README.md has the figure); lists are
@@ -26,17 +26,23 @@ from typing import Any, Final
 
 from kube_gpu_exporter.exporter.cluster.kueue import (
     CLUSTER_QUEUES,
+    COHORTS,
     LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
     WORKLOADS,
-    FlavorQuota,
-    PendingWorkloads,
-    WaitingWorkload,
-    parse_cluster_queue,
     parse_local_queue,
-    parse_workload,
-    pending_workloads,
     served_version,
 )
+from kube_gpu_exporter.exporter.cluster.kueue_counters import QueueCounters
+from kube_gpu_exporter.exporter.cluster.kueue_objects import (
+    Flavor,
+    Queue,
+    parse_cohort,
+    parse_flavor,
+    parse_queue,
+)
+from kube_gpu_exporter.exporter.cluster.kueue_view import KueueObjects
+from kube_gpu_exporter.exporter.cluster.kueue_workloads import Workload, parse_kueue_workload
 from kube_gpu_exporter.exporter.cluster.objects import ACTIVE_PODS, Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod, parse_quota
 from kube_gpu_exporter.exporter.cluster.quota_events import FAILED_CREATE, QuotaRejections
@@ -50,7 +56,17 @@ from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 # kube-apiserver filters events by reason, so other events never cross the wire
 REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
-RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES)
+RESOURCES: Final = (
+    NODES,
+    PODS,
+    QUOTAS,
+    EVENTS,
+    WORKLOADS,
+    LOCAL_QUEUES,
+    CLUSTER_QUEUES,
+    RESOURCE_FLAVORS,
+    COHORTS,
+)
 
 PodObserver = Callable[[Pod], None]
 
@@ -99,9 +115,12 @@ class ClusterWatches:
         self._nodes: HeldObjects[Node] = HeldObjects()
         self._pods: HeldObjects[Pod] = HeldObjects()
         self._quotas: HeldObjects[Quota] = HeldObjects()
-        self._workloads: Mapping[str, WaitingWorkload] = {}
+        self._workloads: Mapping[str, Workload] = {}
         self._local_queues: Mapping[str, str] = {}
-        self._cluster_queues: Mapping[str, tuple[FlavorQuota, ...]] = {}
+        self._cluster_queues: Mapping[str, Queue] = {}
+        self._flavors: Mapping[str, Flavor] = {}
+        self._cohorts: Mapping[str, str] = {}
+        self.queue_counters = QueueCounters()
         options: dict[str, Any] = {
             "timeout": timeout,
             "watch_seconds": watch_seconds,
@@ -148,7 +167,7 @@ class ClusterWatches:
             WORKLOADS: ListWatch(
                 WORKLOADS,
                 served_version(api, WORKLOADS),
-                functools.partial(parse_workload, settings=settings),
+                self._workload,
                 self._publish_workloads,
                 **options,
             ),
@@ -162,8 +181,22 @@ class ClusterWatches:
             CLUSTER_QUEUES: ListWatch(
                 CLUSTER_QUEUES,
                 served_version(api, CLUSTER_QUEUES),
-                functools.partial(parse_cluster_queue, settings=settings),
+                functools.partial(parse_queue, settings=settings),
                 self._publish_cluster_queues,
+                **options,
+            ),
+            RESOURCE_FLAVORS: ListWatch(
+                RESOURCE_FLAVORS,
+                served_version(api, RESOURCE_FLAVORS),
+                parse_flavor,
+                self._publish_flavors,
+                **options,
+            ),
+            COHORTS: ListWatch(
+                COHORTS,
+                served_version(api, COHORTS),
+                parse_cohort,
+                self._publish_cohorts,
                 **options,
             ),
         }
@@ -203,37 +236,57 @@ class ClusterWatches:
         """Each resource now, with what changed since the last take (view_changes.py)."""
         return TakenObjects(self._nodes.take(), self._pods.take(), self._quotas.take())
 
-    def kueue_pending(self) -> PendingWorkloads:
-        """Kueue's waiting Workloads by queue and reason (empty without Kueue). The held
-        dicts are the watch threads', changed by each event: copied first (a dict's copy is
-        one step under the GIL), once a cycle rather than once an event."""
-        return pending_workloads(dict(self._workloads), dict(self._local_queues))
+    def kueue_objects(self) -> KueueObjects:
+        """What the Kueue watches hold now (empty without Kueue). The held dicts are the
+        watch threads', changed by each event: copied first (a dict's copy is one step under
+        the GIL), once a cycle rather than once an event."""
+        workloads = dict(self._workloads)
+        self.queue_counters.forget_except(workloads)
+        admissions, preemptions = self.queue_counters.snapshot()
+        return KueueObjects(
+            workloads,
+            dict(self._local_queues),
+            dict(self._cluster_queues),
+            dict(self._flavors),
+            dict(self._cohorts),
+            admissions,
+            preemptions,
+        )
 
     def kueue_counts(self) -> dict[str, int]:
-        """Objects held of Kueue's: waiting GPU Workloads, LocalQueues."""
+        """Objects held of Kueue's: GPU Workloads not finished, LocalQueues, ClusterQueues
+        with GPU quota, ResourceFlavors, Cohorts."""
         return {
             WORKLOADS: len(self._workloads),
             LOCAL_QUEUES: len(self._local_queues),
             CLUSTER_QUEUES: len(self._cluster_queues),
+            RESOURCE_FLAVORS: len(self._flavors),
+            COHORTS: len(self._cohorts),
         }
 
-    def kueue_quotas(self) -> dict[tuple[str, str, str], tuple[int, int | None, int | None]]:
-        """The ClusterQueues' GPU quotas: (queue, flavor, resource) → nominal, borrowing
-        limit, used."""
-        return {
-            (name, q.flavor, q.resource): (q.nominal, q.borrowing_limit, q.used)
-            for name, quotas in dict(self._cluster_queues).items()
-            for q in quotas
-        }
+    def _workload(self, obj: Mapping[str, Any]) -> tuple[str, Workload | None] | None:
+        """A Workload parsed, and its admission or preemption counted (kueue_counters.py)."""
+        parsed = parse_kueue_workload(obj, self._settings)
+        if parsed is not None:
+            key, workload = parsed
+            local = "" if workload is None else f"{workload.namespace}/{workload.local_queue}"
+            self.queue_counters.observe(key, workload, self._local_queues.get(local, ""))
+        return parsed
 
-    def _publish_workloads(self, held: Mapping[str, WaitingWorkload]) -> None:
+    def _publish_workloads(self, held: Mapping[str, Workload]) -> None:
         self._workloads = held  # the watch's own dict (a new one after each list)
 
     def _publish_local_queues(self, held: Mapping[str, str]) -> None:
         self._local_queues = held
 
-    def _publish_cluster_queues(self, held: Mapping[str, tuple[FlavorQuota, ...]]) -> None:
+    def _publish_cluster_queues(self, held: Mapping[str, Queue]) -> None:
         self._cluster_queues = held
+
+    def _publish_flavors(self, held: Mapping[str, Flavor]) -> None:
+        self._flavors = held
+
+    def _publish_cohorts(self, held: Mapping[str, str]) -> None:
+        self._cohorts = held
 
     def up(self) -> dict[str, bool]:
         return {name: watch.up for name, watch in self.watches.items()}

@@ -20,6 +20,7 @@ from prometheus_client.core import HistogramMetricFamily
 from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.exporter.cluster.capacity import node_capacity, product_capacity
 from kube_gpu_exporter.exporter.cluster.classify import classify
+from kube_gpu_exporter.exporter.cluster.kueue_view import KueueView
 from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.quota_events import Series
 from kube_gpu_exporter.exporter.cluster.transitions import BUCKETS, TransitionCounts
@@ -27,7 +28,7 @@ from kube_gpu_exporter.exporter.cluster.view import ClusterView
 from kube_gpu_exporter.exporter.exposition.families import add, family
 
 # Kueue's waiting Workloads: (cluster_queue, namespace, local_queue, reason) → (workloads,
-# GPUs asked, the oldest's creation time), as cluster/kueue.py's pending_workloads counts them
+# GPUs asked, the oldest's creation time), as cluster/kueue_view.py counts them
 PendingWorkloads = Mapping[tuple[str, str, str, str], tuple[int, int, float | None]]
 # a ClusterQueue's GPU quotas: (cluster_queue, flavor, resource) → (nominal, borrowing limit,
 # used), None where not set or not yet counted
@@ -58,8 +59,7 @@ class ClusterState:
     started: float | None = None
     transitions: TransitionCounts | None = None
     rejections: Mapping[Series, int] | None = None
-    workloads: PendingWorkloads | None = None  # Kueue's waiting Workloads (cluster/kueue.py)
-    queue_quotas: QueueQuotas | None = None  # Kueue's ClusterQueues' GPU quotas
+    kueue: KueueView | None = None  # the Kueue series' values (cluster/kueue_view.py)
 
 
 def selected_product(view: ClusterView, pod: Pod) -> str:
@@ -82,10 +82,10 @@ def cluster_families(state: ClusterState) -> Iterator[Family]:
     yield from _quotas(state.view)
     if state.rejections is not None:
         yield _rejections(state.rejections)
-    if state.workloads is not None:
-        yield from _workloads(state.workloads, state.now)
-    if state.queue_quotas is not None:
-        yield from _queue_quotas(state.queue_quotas)
+    if state.kueue is not None:
+        yield from _workloads(state.kueue.pending, state.now)
+        yield from _queue_quotas(state.kueue.quotas)
+        yield from _kueue(state.kueue)
     if state.transitions is not None:
         yield from _transitions(state.transitions)
     yield from _health(state)
@@ -95,8 +95,12 @@ def _pending(state: ClusterState) -> Iterator[Family]:
     view = state.view
     counts: Counter[tuple[str, str, str, str]] = Counter()
     oldest: dict[tuple[str, str], float] = {}  # (namespace, reason) → age of the oldest
+    # a pod only Kueue's admission gate holds waits for its Workload: its reason is theirs
+    kueue_reasons = state.kueue.pod_reasons if state.kueue is not None else {}
     for pod in view.pending_gpu_pods():
-        reason = classify(view, pod).pending_reason.value
+        reason = kueue_reasons.get((pod.namespace, pod.name)) or (
+            classify(view, pod).pending_reason.value
+        )
         product = selected_product(view, pod)
         for resource in view.gpu_requests(pod):
             counts[(pod.namespace, resource, product, reason)] += 1
@@ -188,6 +192,24 @@ def _queue_quotas(quotas: QueueQuotas) -> Iterator[Family]:
         if counted is not None:
             add(used, labels, counted)
     yield from (nominal, limit, used)
+
+
+def _kueue(kueue: KueueView) -> Iterator[Family]:
+    nodes = family(k.FLAVOR_NODES)
+    for (flavor, resource), count in sorted(kueue.flavor_nodes.items()):
+        add(nodes, {"flavor": flavor, "resource": resource}, count)
+    info = family(k.QUEUE_INFO)
+    for cluster_queue, cohort in sorted(kueue.queue_cohorts.items()):
+        add(info, {"cluster_queue": cluster_queue, "cohort": cohort}, 1)
+    admissions, preemptions = family(k.QUEUE_ADMISSIONS), family(k.QUEUE_PREEMPTIONS)
+    for counter, counts in ((admissions, kueue.admissions), (preemptions, kueue.preemptions)):
+        for cluster_queue, count in sorted(counts.items()):
+            add(counter, {"cluster_queue": cluster_queue}, count)
+    pods = family(k.QUEUE_POD_INFO)
+    for namespace, pod, cluster_queue, local_queue in kueue.queue_pods:
+        labels = {"namespace": namespace, "pod": pod}
+        add(pods, {**labels, "cluster_queue": cluster_queue, "local_queue": local_queue}, 1)
+    yield from (nodes, info, admissions, preemptions, pods)
 
 
 def _transitions(counts: TransitionCounts) -> Iterator[Family]:

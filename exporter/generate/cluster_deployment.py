@@ -25,7 +25,7 @@ CLUSTER_PORT: Final = 19401  # exporter/cluster_app.py DEFAULT_PORT (a test ties
 CLUSTER_LABELS: Final = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "cluster"}
 CONTAINER: Final = "cluster"
 WATCHED: Final = ["pods", "nodes", "resourcequotas", "events"]  # pods first: also `get`
-KUEUE_WATCHED: Final = ["workloads", "localqueues", "clusterqueues"]
+KUEUE_WATCHED: Final = ["workloads", "localqueues", "clusterqueues", "resourceflavors", "cohorts"]
 # The watches hold slim values, so memory grows slowly with the pods; the limit leaves room
 # for the cluster bench's largest fleet (bench/README.md, "Cluster view").
 RESOURCES: Final = {

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kube_gpu_exporter.exporter.cluster.incremental_view import IncrementalView
+from kube_gpu_exporter.exporter.cluster.kueue_view import KueueJudge
 from kube_gpu_exporter.exporter.cluster.quota_events import QuotaRejections
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.transitions import Transitions
@@ -83,6 +84,7 @@ class ClusterLoop:
     ) -> None:
         self._watches = watches
         self._view = IncrementalView(settings)  # this loop's thread alone updates it
+        self._kueue = KueueJudge()  # likewise
         self._interval = interval
         self._transitions = transitions
         self._rejections = rejections
@@ -157,9 +159,7 @@ class ClusterLoop:
             for name, up in self._watches.up().items()
         }
         rejected = self._rejections.totals if self._rejections is not None else None
-        kueue = getattr(self._watches, "kueue_pending", None)  # ClusterWatches' (not fakes')
-        workloads = kueue() if kueue is not None else None
-        quotas = getattr(self._watches, "kueue_quotas", None)
+        kueue = getattr(self._watches, "kueue_objects", None)  # ClusterWatches' (not fakes')
         state = ClusterState(
             view,
             health,
@@ -167,8 +167,7 @@ class ClusterLoop:
             started,
             transitions,
             rejected,
-            workloads,
-            quotas() if quotas is not None else None,
+            self._kueue.judge(view, kueue()) if kueue is not None else None,
         )
         body = FamiliesBody(list(cluster_families(state)), self._demand)
         body.body(TEXT_ACCEPT, gzipped=False)  # curl's and Prometheus' fallback, always

@@ -52,7 +52,7 @@ CLUSTER_NEEDS = {
     # Kueue's queues (exporter/cluster/kueue.py), where Kueue is installed
     *{
         ("kueue.x-k8s.io", r, v)
-        for r in ("workloads", "localqueues", "clusterqueues")
+        for r in ("workloads", "localqueues", "clusterqueues", "resourceflavors", "cohorts")
         for v in ("list", "watch")
     },
 }
@@ -77,6 +77,7 @@ PROBED_RESOURCES = [
     ("kueue.x-k8s.io", "localqueues"),
     ("kueue.x-k8s.io", "clusterqueues"),
     ("kueue.x-k8s.io", "resourceflavors"),
+    ("kueue.x-k8s.io", "cohorts"),
 ]
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 

@@ -553,7 +553,13 @@ def test_cluster_view_deployment(deploy: Deploy) -> None:
         },
         {
             "apiGroups": ["kueue.x-k8s.io"],
-            "resources": ["workloads", "localqueues", "clusterqueues"],
+            "resources": [
+                "workloads",
+                "localqueues",
+                "clusterqueues",
+                "resourceflavors",
+                "cohorts",
+            ],
             "verbs": ["list", "watch"],
         },
     ]
