@@ -124,6 +124,9 @@ class Capacity:
     advertised: Mapping[str, int] | None  # None while the kubelet cannot be asked
     allocated: Mapping[str, int] | None
     free_gpus: int | None
+    # The uuids of the devices (GPUs, MIG instances) the kubelet lists as allocatable: its
+    # device plugins' healthy devices; None while the kubelet cannot be asked
+    offered: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,9 +223,14 @@ def _capacity(
     mig_enabled = {d.identity.parent_uuid for d in devices if d.identity.is_mig}
     held = {a.device.parent_uuid or a.device.uuid for a in allocations}
     advertised: set[str] | None = None
+    offered: frozenset[str] | None = None
     if listing.allocatable is not None:
-        ids = (i for names in listing.allocatable.values() for i in names)
+        ids = [i for names in listing.allocatable.values() for i in names]
         advertised = {gpu for gpu in map(resolver.gpu_of, ids) if gpu is not None}
+        # The kubelet lists its plugins' healthy devices only: a device it does not list is
+        # one its plugin marked Unhealthy, or one no plugin serves (docs/metrics.md)
+        listed = (resolver.resolve(parse_device_id(i).base) for i in ids)
+        offered = frozenset(device.uuid for device in listed if device is not None)
     free = [
         g.identity.uuid
         for g in whole_gpus
@@ -251,6 +256,7 @@ def _capacity(
         advertised=counts,
         allocated=dict(sorted(allocated.items())),
         free_gpus=len(free),
+        offered=offered,
     )
 
 

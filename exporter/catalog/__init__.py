@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from kube_gpu_exporter.exporter.catalog.attribution import (
     ALLOCATION_INFO,
+    KUBELET_ALLOCATABLE,
     NODE_ADVERTISED,
     NODE_ALLOCATED,
     NODE_DRIVER_GPUS,
@@ -136,6 +137,7 @@ ALL_METRICS: tuple[Metric, ...] = (
     NODE_ADVERTISED,
     NODE_ALLOCATED,
     NODE_FREE_GPUS,
+    KUBELET_ALLOCATABLE,
     BUILD_INFO,
     NVML_UP,
     COLLECTION_DURATION,
@@ -187,6 +189,7 @@ __all__ = [
     "HARDWARE_VALUE_METRICS",
     "HOST_PID_NAMESPACE",
     "INFO_LABELS",
+    "KUBELET_ALLOCATABLE",
     "KUBERNETES_API_UP",
     "KUBERNETES_ERROR_KINDS",
     "LAST_SUCCESS",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kube_gpu_exporter.exporter.catalog.metric import Metric, MetricType, Scope
 
 G, C = MetricType.GAUGE, MetricType.COUNTER
-P, N = Scope.POD, Scope.NODE
+P, N, D = Scope.POD, Scope.NODE, Scope.DEVICE
 
 # The DRA driver whose claims name NVIDIA devices; its unmapped claims are counted under
 # resource="dra/<driver>".
@@ -66,6 +66,16 @@ NODE_ALLOCATED = Metric(
     "Devices allocated to running containers, by resource name.",
     N,
     ("resource",),
+)
+KUBELET_ALLOCATABLE = Metric(
+    "nvidia_gpu_kubelet_allocatable",
+    G,
+    "",
+    "1 where the kubelet offers the device for allocation (pod-resources "
+    "GetAllocatableResources lists an id of it), 0 where it lists none: its device plugin "
+    "marked it Unhealthy, or no plugin serves it. Absent where the kubelet cannot say and on "
+    "a GPU in MIG mode (its instances are the devices).",
+    D,
 )
 NODE_FREE_GPUS = Metric(
     "nvidia_gpu_node_free_gpus",

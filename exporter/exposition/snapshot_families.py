@@ -130,6 +130,18 @@ class SnapshotCollector:
         yield needed
         yield since
 
+        # The kubelet's view of each device beside NVML's: whether its plugin offers it
+        # (attribute.py). Not on a GPU in MIG mode, whose instances are what plugins offer.
+        offered = family(c.KUBELET_ALLOCATABLE)
+        attribution = self._snapshot.attribution
+        if attribution is not None and attribution.capacity.offered is not None:
+            listed = attribution.capacity.offered
+            mig_enabled = {d.identity.parent_uuid for d in devices if d.identity.is_mig}
+            for device, base in zip(devices, labels, strict=True):
+                if device.identity.uuid not in mig_enabled:
+                    add(offered, base, int(device.identity.uuid in listed))
+        yield offered
+
     def exporter_families(self) -> Iterator[Family]:
         """The exporter's own health: NVML up, cycle duration and count, errors, kubelet."""
         state = self._snapshot.exporter

@@ -48,6 +48,7 @@ NOT_READINGS = {
     c.XID_ERRORS,
     c.ACTION_REQUIRED,
     c.ACTION_REQUIRED_SINCE,
+    c.KUBELET_ALLOCATABLE,
 }
 
 # One GPU, one MIG-enabled GPU: every state value a row names must exist on them.
