@@ -77,19 +77,34 @@ class Component:
 
 
 K8S = "v1.37.2"
-K8S_STAGING = "v0." + K8S.split(".", 1)[1]  # v1.37.2 -> v0.37.2, the staging modules' tag
+# the oldest kubelet minor the version-skew policy allows beside a 1.37 API server (three
+# minors older), for the node tests of an older kubelet's pod-resources answers
+K8S_OLDEST_KUBELET = "v1.34.4"
 _K8S_BUILD_DATE = "1970-01-01T00:00:00Z"  # builds are reproducible: no wall-clock date
-_k8s_version = {
-    f"{pkg}.{var}": value
-    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
-    for var, value in (
-        ("gitVersion", K8S),
-        ("gitMajor", K8S[1:].split(".")[0]),
-        ("gitMinor", K8S.split(".")[1]),
-        ("gitTreeState", "archive"),
-        ("buildDate", _K8S_BUILD_DATE),
-    )
-}
+
+
+def k8s_staging(version: str) -> str:
+    """v1.37.2 -> v0.37.2: the staging modules' tag of a Kubernetes release."""
+    return "v0." + version.split(".", 1)[1]
+
+
+def _k8s_version(version: str) -> dict[str, str]:
+    """The version variables Kubernetes' own build sets (`--version`, /version, the Node's
+    kubeletVersion)."""
+    return {
+        f"{pkg}.{var}": value
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for var, value in (
+            ("gitVersion", version),
+            ("gitMajor", version[1:].split(".")[0]),
+            ("gitMinor", version.split(".")[1]),
+            ("gitTreeState", "archive"),
+            ("buildDate", _K8S_BUILD_DATE),
+        )
+    }
+
+
+K8S_STAGING = k8s_staging(K8S)
 
 
 def _prom_version(version: str, module_version: str) -> dict[str, str]:
@@ -173,7 +188,7 @@ PINS: dict[str, Component] = {
                 b: f"k8s.io/kubernetes/cmd/{b}"
                 for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
             },
-            _k8s_version,
+            _k8s_version(K8S),
             K8S_STAGING,
         ),
         # the node's agent, a component of its own (its own cache folder, built only for the
@@ -184,7 +199,7 @@ PINS: dict[str, Component] = {
             "k8s.io/kubernetes",
             K8S,
             {"kubelet": "k8s.io/kubernetes/cmd/kubelet"},
-            _k8s_version,
+            _k8s_version(K8S),
             K8S_STAGING,
         ),
         Component(
@@ -260,11 +275,23 @@ PINS: dict[str, Component] = {
     )
 }
 
+# the older kubelet: the same binary name in a folder of its own version (kubelet-v1.34.4/),
+# found by version (binary_path's `version`); listed under a key of its own
+OLDEST_KUBELET = "kubelet-" + K8S_OLDEST_KUBELET.rsplit(".", 1)[0].lstrip("v")  # kubelet-1.34
+PINS[OLDEST_KUBELET] = Component(
+    "kubelet",
+    "k8s.io/kubernetes",
+    K8S_OLDEST_KUBELET,
+    {"kubelet": "k8s.io/kubernetes/cmd/kubelet"},
+    _k8s_version(K8S_OLDEST_KUBELET),
+    k8s_staging(K8S_OLDEST_KUBELET),
+)
+
 GROUPS: dict[str, tuple[str, ...]] = {
     "k8s": ("kubernetes", "etcd"),
     "prom": ("prometheus", "alertmanager", "helm", "prometheus-operator"),
 }
-GROUPS["node"] = ("kubelet",)
+GROUPS["node"] = ("kubelet", OLDEST_KUBELET)
 GROUPS["kueue"] = ("kueue",)
 GROUPS["all"] = GROUPS["k8s"] + GROUPS["prom"] + GROUPS["node"] + GROUPS["kueue"]
 
@@ -285,16 +312,18 @@ def is_built(component: Component) -> bool:
     return (component_dir(component) / STAMP).is_file()
 
 
-def component_of(binary: str) -> Component:
+def component_of(binary: str, version: str | None = None) -> Component:
+    """The component that builds `binary` (at `version`; None: the first pinned, the control
+    plane's version)."""
     for component in PINS.values():
-        if binary in component.binaries:
+        if binary in component.binaries and version in (None, component.version):
             return component
-    raise KeyError(binary)
+    raise KeyError(binary if version is None else f"{binary} {version}")
 
 
-def binary_path(binary: str) -> Path | None:
+def binary_path(binary: str, version: str | None = None) -> Path | None:
     """Where the built `binary` is, or None when its component's build is not complete."""
-    component = component_of(binary)
+    component = component_of(binary, version)
     return component_dir(component) / binary if is_built(component) else None
 
 

@@ -39,17 +39,18 @@ def make_target(binary: str) -> str:
     return f"make {group}-bin"
 
 
-def find(binary: str) -> Path | None:
-    """The built binary, or None when its component's build is not complete."""
-    found: Path | None = real_components.binary_path(binary)
+def find(binary: str, version: str | None = None) -> Path | None:
+    """The built binary (at `version`, where several are pinned: the kubelet), or None when
+    its component's build is not complete."""
+    found: Path | None = real_components.binary_path(binary, version)
     return found
 
 
-def require(binary: str) -> Path:
+def require(binary: str, version: str | None = None) -> Path:
     """The built binary; fails the calling test with the command that builds it."""
-    found = find(binary)
+    found = find(binary, version)
     if found is None:
-        component = real_components.component_of(binary)
+        component = real_components.component_of(binary, version)
         pytest.fail(
             f"{binary} ({component.module}@{component.version}) is not built under "
             f"{real_components.cache_root()}: run `{make_target(binary)}`",

@@ -42,6 +42,22 @@ def test_missing_binary_fails_the_test_naming_the_make_target(
     assert f"{component.module}@{component.version}" in str(failed.value)
 
 
+def test_the_older_kubelet_has_a_folder_of_its_own(empty_cache: Path) -> None:
+    """Two kubelets, one binary name: each version in its folder, both built by node-bin."""
+    older = real_components.K8S_OLDEST_KUBELET
+    with pytest.raises(pytest.fail.Exception) as failed:
+        require("kubelet", older)
+    assert f"k8s.io/kubernetes@{older}" in str(failed.value)
+    assert "`make node-bin`" in str(failed.value)
+    folder = empty_cache / f"kubelet-{older}"
+    folder.mkdir()
+    (folder / real_components.STAMP).write_text("{}")
+    assert find("kubelet", older) == folder / "kubelet"
+    assert find("kubelet") is None  # the control plane's version: not built here
+    node = {real_components.PINS[n].version for n in real_components.GROUPS["node"]}
+    assert node == {real_components.K8S, older}
+
+
 def test_a_build_without_its_stamp_is_not_used(empty_cache: Path) -> None:
     kubernetes = real_components.PINS["kubernetes"]
     folder = empty_cache / f"kubernetes-{kubernetes.version}"
