@@ -345,11 +345,13 @@ def run_node(
     *,
     name: str = "kge-node",
     kubelet_config: dict[str, Any] | None = None,
+    kubelet_version: str | None = None,
     timeout: float = 180,
 ) -> Iterator[RealNode]:
     """containerd + the kubelet, joined to `plane` as Node `name`; yields once the Node is
-    Ready and the local image is loaded."""
-    kubelet_bin = require("kubelet")
+    Ready and the local image is loaded. `kubelet_version`: another pinned kubelet than the
+    control plane's (real_components.K8S_OLDEST_KUBELET, within the version-skew policy)."""
+    kubelet_bin = require("kubelet", kubelet_version)
     require_debian_packages()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
