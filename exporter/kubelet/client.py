@@ -19,11 +19,13 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
-import grpc
-import grpc.aio
 from google.protobuf.message import Message
+from grpclib.client import Channel, UnaryUnaryMethod
+from grpclib.const import Status
+from grpclib.encoding.base import CodecBase
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from kube_gpu_exporter.exporter.catalog.errors import (
     POD_RESOURCES_ERROR_KINDS,
@@ -61,18 +63,18 @@ class PodResourcesError(Exception):
         return f"{self.kind}: {self.message}"
 
 
-def classify(code: grpc.StatusCode, details: str) -> PodResourcesErrorKind:
+def classify(code: Status, details: str) -> PodResourcesErrorKind:
     """Map a gRPC status to the error kind we count.
 
     RESOURCE_EXHAUSTED means two different things: the kubelet's rate limiter ("rejected by
     rate limit") or our own receive limit ("Received message larger than max"); only the
     message tells them apart.
     """
-    if code is grpc.StatusCode.UNAVAILABLE:
+    if code is Status.UNAVAILABLE:
         return "unavailable"
-    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+    if code is Status.DEADLINE_EXCEEDED:
         return "timeout"
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if code is Status.RESOURCE_EXHAUSTED:
         return "too_large" if "larger than max" in details.lower() else "rate_limited"
     return "other"
 
@@ -81,10 +83,10 @@ def classify(code: grpc.StatusCode, details: str) -> PodResourcesErrorKind:
 # GetAllocatableResources only means the kubelet will not tell.
 _TRANSPORT_FAILURES: Final = frozenset(
     {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.CANCELLED,
+        Status.UNAVAILABLE,
+        Status.DEADLINE_EXCEEDED,
+        Status.RESOURCE_EXHAUSTED,
+        Status.CANCELLED,
     }
 )
 
@@ -93,7 +95,16 @@ _TRANSPORT_FAILURES: Final = frozenset(
 # UNKNOWN on 1.21–1.22 with the KubeletPodResourcesGetAllocatable gate off. Expected there;
 # any other refusal (PERMISSION_DENIED, INTERNAL, …) is a fault, counted as
 # `allocatable_refused`: it silences the advertised-device alerts.
-_CANNOT_TELL: Final = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNKNOWN})
+_CANNOT_TELL: Final = frozenset({Status.UNIMPLEMENTED, Status.UNKNOWN})
+
+
+class _CallFailed(Exception):
+    """One call's failure as a gRPC status, whatever layer it came from."""
+
+    def __init__(self, code: Status, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
 
 
 def _method(name: str) -> str:
@@ -102,13 +113,33 @@ def _method(name: str) -> str:
     return f"/{service.full_name}/{service.methods_by_name[name].name}"
 
 
+class _LimitedProtoCodec(CodecBase):
+    """Protobuf messages, refusing an answer over MAX_RECEIVE_MESSAGE_LENGTH as grpcio does
+    (RESOURCE_EXHAUSTED, "larger than max"): grpclib itself sets no limit. The answer is read
+    before its size is judged; the kubelet is the node's own, and its answer is the one thing
+    read here. Passing a codec also keeps grpclib from importing googleapis' status types."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        return bytes(message.SerializeToString())
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        if len(data) > MAX_RECEIVE_MESSAGE_LENGTH:
+            raise GRPCError(
+                Status.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({len(data)} vs. {MAX_RECEIVE_MESSAGE_LENGTH})",
+            )
+        return message_type.FromString(data)
+
+
 class PodResourcesClient:
-    """Async client for the kubelet's pod-resources socket.
+    """Async client for the kubelet's pod-resources socket (grpclib: gRPC on asyncio and h2,
+    in pure Python; grpcio's C core cost ~10 MiB of every node's exporter to import).
 
     The channel is created on first use and again after an UNAVAILABLE error: the kubelet
-    replaces its socket file when it restarts, and a channel that failed to connect waits in
-    gRPC's reconnect backoff (1 s growing to 2 min) before trying again. A private subchannel
-    pool makes the new channel really connect anew instead of sharing the old one's backoff.
+    replaces its socket file when it restarts, and a new channel connects to the new file at
+    once (grpclib keeps no reconnect backoff of its own).
 
     Meant for one caller at a time (the watcher): a call may close the channel.
     """
@@ -119,26 +150,21 @@ class PodResourcesClient:
         timeout: float = 5.0,
         resource_patterns: Sequence[str] = DEFAULT_RESOURCE_PATTERNS,
     ) -> None:
-        self.target = "unix://" + os.path.abspath(socket_path)
+        self.path = os.path.abspath(socket_path)
+        self.target = "unix://" + self.path
         self.timeout = timeout
         self._wanted = ResourceFilter(resource_patterns)
-        self._channel: grpc.aio.Channel | None = None
-        self._allocatable_refusal: grpc.StatusCode | None = None
+        self._channel: Channel | None = None
+        self._allocatable_refusal: Status | None = None
 
-    def _open(self) -> grpc.aio.Channel:
+    def _open(self) -> Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                self.target,
-                options=[
-                    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_LENGTH),
-                    ("grpc.use_local_subchannel_pool", 1),
-                ],
-            )
+            self._channel = Channel(path=self.path, codec=_LimitedProtoCodec())
         return self._channel
 
-    def _allocatable_refused(self, err: grpc.aio.AioRpcError) -> None:
+    def _allocatable_refused(self, err: _CallFailed) -> None:
         """Log once per kind of refusal: it lasts as long as the kubelet's version or gate."""
-        code = err.code()
+        code = err.code
         if code is not self._allocatable_refusal:
             self._allocatable_refusal = code
             log.log(
@@ -146,14 +172,14 @@ class PodResourcesClient:
                 "kubelet cannot list allocatable devices (%s: %s); the advertised counts are "
                 "left out, attribution goes on",
                 code.name,
-                err.details() or "",
+                err.details,
             )
 
     async def close(self) -> None:
         """Close the channel; the next `list()` opens a new one."""
         channel, self._channel = self._channel, None
         if channel is not None:
-            await channel.close()
+            channel.close()
 
     async def _call(
         self,
@@ -162,15 +188,20 @@ class PodResourcesClient:
         response_type: type[_Response],
         deadline: float,
     ) -> _Response:
+        """One unary call within `deadline`; every failure becomes a `_CallFailed`."""
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             raise PodResourcesError("timeout", f"no time left for {name} within {self.timeout}s")
-        call = self._open().unary_unary(
-            _method(name),
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=response_type.FromString,
-        )
-        return await call(request, timeout=remaining)
+        method = UnaryUnaryMethod(self._open(), _method(name), type(request), response_type)
+        try:
+            return await method(request, timeout=remaining)
+        except GRPCError as err:
+            raise _CallFailed(err.status, err.message or "") from None
+        except TimeoutError:
+            raise _CallFailed(Status.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except (OSError, StreamTerminatedError, ProtocolError) as err:
+            # No socket, nobody listening, or the kubelet went away mid-call.
+            raise _CallFailed(Status.UNAVAILABLE, f"{type(err).__name__}: {err}") from None
 
     async def list(self) -> Listing:
         """List the node's allocations and allocatable devices, within `timeout` in all.
@@ -199,17 +230,17 @@ class PodResourcesClient:
                 )
                 allocatable = parse_allocatable(answer, self._wanted)
                 self._allocatable_refusal = None  # answered: a later refusal is news again
-            except grpc.aio.AioRpcError as err:
-                if err.code() in _TRANSPORT_FAILURES:
+            except _CallFailed as err:
+                if err.code in _TRANSPORT_FAILURES:
                     raise
                 self._allocatable_refused(err)
-                refused = err.code() not in _CANNOT_TELL
-        except grpc.aio.AioRpcError as err:
-            code, details = err.code(), err.details() or ""
-            if code is grpc.StatusCode.UNAVAILABLE:
+                refused = err.code not in _CANNOT_TELL
+        except _CallFailed as err:
+            code, details = err.code, err.details
+            if code is Status.UNAVAILABLE:
                 await self.close()
             message = f"{code.name}: {details}"
-            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            if code is Status.DEADLINE_EXCEEDED:
                 message += f" (timeout {self.timeout:g}s)"
             raise PodResourcesError(classify(code, details), message) from None
         allocations, dra = parse_allocations(listed, self._wanted)

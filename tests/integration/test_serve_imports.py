@@ -2,6 +2,8 @@
 its imports, so every module another command uses (the generator, the report, the demo, the
 cluster view, the rules and dashboards) or only a flag turns on (pydantic for a web config or
 a scenario, gRPC for the kubelet, the Kubernetes client) must stay out of a plain `serve`.
+With attribution on, the kubelet's gRPC is grpclib's (pure Python on asyncio), never grpcio's
+C core, which cost every node's exporter ~10 MiB more to import.
 
 The exporter runs over the fake libnvidia-ml in a wrapper that lists `sys.modules` once
 /metrics has answered with the GPUs in it, i.e. after serving and collecting have both run.
@@ -47,6 +49,11 @@ NOT_SERVING = (
     "pydantic_core",
     "yaml",
     "grpc",
+    "grpclib",
+    "h2",
+    "hpack",
+    "hyperframe",
+    "multidict",
     "google.protobuf",
     "re2",
     "jinja2",
@@ -150,3 +157,17 @@ def test_serve_help_loads_no_other_command(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "--collector.interval" in result.stdout
     assert _loaded(out, NOT_SERVING) == []
+
+
+def test_attribution_loads_grpclib_and_never_grpcio(
+    nvml_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The test's kubelet socket need not answer: the client is built as serve starts."""
+    socket = tmp_path / "kubelet.sock"
+    modules = _serve_modules(
+        tmp_path, nvml_env, "--collector.interval=1s", f"--kubelet.pod-resources-socket={socket}"
+    )
+    names = modules.read_text().split()
+    assert "kube_gpu_exporter.exporter.kubelet.client" in names
+    assert "grpclib.client" in names
+    assert _loaded(modules, ("grpc",)) == []
