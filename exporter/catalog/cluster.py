@@ -61,7 +61,7 @@ PENDING_PODS = Metric(
     "",
     "GPU pods waiting for the scheduler, by the first reason that holds ("
     + ", ".join(PENDING_REASONS)
-    + ").",
+    + "); a pod Kueue's admission gate holds, by its Workload's reason.",
     K,
     ("namespace", "resource", "gpu_product", "reason"),
 )

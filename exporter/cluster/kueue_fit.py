@@ -12,8 +12,8 @@
   pods all fit is not waiting; one with quota reserved but not admitted yet waits for its
   admission checks, in Kueue's words (its Admitted=False reason).
 
-Pods only Kueue's admission gate holds are not blamed on the gate: the Workload's reason is
-theirs too (kueue_view.py).
+Pods Kueue's admission gate holds (with no gate but Kueue's: v0.17 adds `topology` beside it)
+are not blamed on the gate: the Workload's reason is theirs too (kueue_view.py).
 """
 
 from __future__ import annotations
@@ -31,11 +31,18 @@ from kube_gpu_exporter.exporter.cluster.objects import Pod
 from kube_gpu_exporter.exporter.cluster.view import ClusterView, NodeState, node_state
 
 ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"  # plain pods wait behind it until admitted
+KUEUE_GATES: Final = "kueue.x-k8s.io/"  # its others: `topology` (v0.17 adds it beside), …
 
 
 def kueue_gated(pod: Pod) -> bool:
-    """Held by Kueue's admission gate and no other."""
-    return bool(pod.scheduling_gates) and set(pod.scheduling_gates) <= {ADMISSION_GATE}
+    """Held by Kueue's admission gate and by no gate but Kueue's own."""
+    return ADMISSION_GATE in pod.scheduling_gates and held_by_kueue(pod)
+
+
+def held_by_kueue(pod: Pod) -> bool:
+    """Gated, by Kueue's gates alone: Kueue lets it go itself."""
+    gates = pod.scheduling_gates
+    return bool(gates) and all(gate.startswith(KUEUE_GATES) for gate in gates)
 
 
 def with_flavor(pod: Pod, flavor: Flavor | None) -> Pod:
@@ -84,7 +91,7 @@ def placement_reason(
     exists its pod sets in their flavors); None when they can, or are placed."""
     if pods:
         for pod in pods:
-            if not pod.unscheduled or kueue_gated(pod):
+            if not pod.unscheduled or held_by_kueue(pod):
                 continue  # bound, or about to be let go by Kueue
             reason = classify(view, pod).reason
             if reason is not None:

@@ -95,7 +95,7 @@ def _pending(state: ClusterState) -> Iterator[Family]:
     view = state.view
     counts: Counter[tuple[str, str, str, str]] = Counter()
     oldest: dict[tuple[str, str], float] = {}  # (namespace, reason) → age of the oldest
-    # a pod only Kueue's admission gate holds waits for its Workload: its reason is theirs
+    # a pod Kueue's admission gate holds waits for its Workload: its reason is theirs
     kueue_reasons = state.kueue.pod_reasons if state.kueue is not None else {}
     for pod in view.pending_gpu_pods():
         reason = kueue_reasons.get((pod.namespace, pod.name)) or (

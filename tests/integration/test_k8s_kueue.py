@@ -316,7 +316,8 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
         assert values(parsed, "kube_gpu_queue_nominal_quota", **quota) == [2.0]
         assert values(parsed, "kube_gpu_queue_used_quota", **quota) == [1.0], "Kueue's count"
         assert values(parsed, "kube_gpu_queue_borrowing_limit") == [], "no limit set"
-        for resource, held in (("workloads", 1.0), ("localqueues", 1.0), ("clusterqueues", 1.0)):
+        # Workloads held: the admitted one too (its pod tied to its queue), and the waiting one
+        for resource, held in (("workloads", 2.0), ("localqueues", 1.0), ("clusterqueues", 1.0)):
             assert values(parsed, "kube_gpu_cluster_watch_up", resource=resource) == [1.0]
             watched = values(parsed, "kube_gpu_cluster_watched_objects", resource=resource)
             assert watched == [held], resource

@@ -262,7 +262,7 @@ def test_admitted_workloads_wait_for_their_pods_placement_and_name_their_pods() 
 
 def test_a_kueue_gated_plain_pod_counts_under_its_workloads_reason() -> None:
     gate = "kueue.x-k8s.io/admission"
-    plain = make_gpu_pod("plain", 1, gates=(gate,), uid="pod-uid")
+    plain = make_gpu_pod("plain", 1, gates=(gate, "kueue.x-k8s.io/topology"), uid="pod-uid")
     other = make_gpu_pod("held", 1, gates=("example.com/other",))
     workload = _parsed(
         _workload(
