@@ -53,8 +53,8 @@ npm-deps:
 	fi
 
 # The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
-# Prometheus 3, promtool, alertmanager, amtool and helm, the kubelet (node-bin) and Kueue's
-# controller with its CRDs and webhook manifests (kueue-bin), compiled
+# Prometheus 3, promtool, alertmanager, amtool and helm, two kubelets (node-bin: 1.37 and
+# 1.34) and Kueue's controller with its CRDs and webhook manifests (kueue-bin), compiled
 # from their Go modules at the versions tools/real_components.py pins, into
 # ${KGE_BIN_CACHE:-~/.cache/kube-gpu-exporter/bin} outside the checkout; a component already
 # built there is not built again.
