@@ -144,6 +144,9 @@ POD = whole(
             creationTimestamp=TIME,
             deletionTimestamp=TIME,
             resourceVersion=WORDS,
+            ownerReferences=items(
+                obj(uid=WORDS, controller=st.sampled_from([True, False, "true"]))
+            ),
         ),
     ).map(lambda both: {**both[1], **both[0]}),
     spec=obj(
