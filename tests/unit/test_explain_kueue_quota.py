@@ -122,7 +122,7 @@ def test_flavor_taints_and_labels_pass_over_a_flavor() -> None:
     queues = {"cq": cq}
     result = assign(pod_sets_of_job(_job(1)), cq, queues, flavors, {})
     assert result.flavors == ({GPU: "b"},)
-    assert result.tried == ("untolerated taint gpu-pool=a:NoSchedule in flavor a",)
+    assert result.tried == ("untolerated taint {gpu-pool a NoSchedule <nil>} in flavor a",)
     toleration = [{"key": "gpu-pool", "operator": "Exists"}]
     tolerant = assign(pod_sets_of_job(_job(1, tolerations=toleration)), cq, queues, flavors, {})
     assert tolerant.flavors == ({GPU: "a"},)

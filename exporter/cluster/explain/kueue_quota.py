@@ -264,8 +264,10 @@ def label_keys_of(group: ResourceGroup, flavors: Mapping[str, Flavor]) -> frozen
 def flavor_mismatch(pod: Pod, flavor: Flavor, keys: frozenset[str]) -> str:
     """Why Kueue passes over `flavor` for this pod ("" when it does not)."""
     left = untolerated(flavor.node, (*pod.tolerations, *flavor.tolerations), running=False)
-    if left:
-        return f"untolerated taint {left[0]} in flavor {flavor.name}"
+    if left:  # in Kueue's words: Go's %s of the Taint struct (TimeAdded nil)
+        taint = left[0]
+        shown = f"{{{taint.key} {taint.value} {taint.effect} <nil>}}"
+        return f"untolerated taint {shown} in flavor {flavor.name}"
     selector = {k: v for k, v in pod.node_selector.items() if k in keys}
     affinity: tuple[SelectorTerm, ...] | None = None
     if pod.affinity:
