@@ -286,7 +286,7 @@ def test_cluster_and_explain_work_with_the_cluster_views_token(
     args = [f"--kubernetes.kubeconfig={kubeconfig}", "--cluster.interval=200ms"]
     with run_exporter(args, tmp_path, command="cluster") as exporter:
         m = exporter.metrics_when(
-            lambda m: values(m, "kube_gpu_cluster_watch_up") == [1] * 7, "every watch up"
+            lambda m: values(m, "kube_gpu_cluster_watch_up") == [1] * 9, "every watch up"
         )
         assert values(m, "kube_gpu_pending_pods", namespace="ml") == [1]
         assert sum(values(m, "kube_gpu_cluster_watch_errors_total")) == 0
