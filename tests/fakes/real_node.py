@@ -77,14 +77,17 @@ class RealNode:
     root_dir: Path
     containerd_socket: Path
     logs: dict[str, Path] = field(default_factory=dict)
-    _restart_kubelet: Callable[[], None] | None = None
+    _restart_kubelet: Callable[[Callable[[], None] | None], None] | None = None
+    # the bridge's address on the machine's side: the Node's InternalIP with node_ip_on_bridge
+    bridge_address: str = ""
 
-    def restart_kubelet(self) -> None:
-        """Stop the kubelet (SIGTERM) and start it again with the same flags and folders, as
-        an upgrade or a crash does: its sockets are made anew, and its device-plugin folder
-        emptied but for its checkpoint. Returns once the Node is Ready again."""
+    def restart_kubelet(self, while_down: Callable[[], None] | None = None) -> None:
+        """Stop the kubelet (SIGTERM), call `while_down()`, and start it again with the same
+        flags and folders, as an upgrade or a crash does: its sockets are made anew, and its
+        device-plugin folder emptied but for its checkpoint. Returns once the Node is Ready
+        again. (Without `while_down` it is down for well under a second.)"""
         assert self._restart_kubelet is not None, "not started by run_node"
-        self._restart_kubelet()
+        self._restart_kubelet(while_down)
 
     @property
     def pod_resources_socket(self) -> Path:
@@ -346,11 +349,15 @@ def run_node(
     name: str = "kge-node",
     kubelet_config: dict[str, Any] | None = None,
     kubelet_version: str | None = None,
+    node_ip_on_bridge: bool = False,
     timeout: float = 180,
 ) -> Iterator[RealNode]:
     """containerd + the kubelet, joined to `plane` as Node `name`; yields once the Node is
     Ready and the local image is loaded. `kubelet_version`: another pinned kubelet than the
-    control plane's (real_components.K8S_OLDEST_KUBELET, within the version-skew policy)."""
+    control plane's (real_components.K8S_OLDEST_KUBELET, within the version-skew policy).
+    `node_ip_on_bridge`: the Node's InternalIP is the bridge's address (`--node-ip`), so that a
+    hostNetwork pod's IP, which the kubelet probes and a Service lists, is on the bridge and
+    not the machine's own address."""
     kubelet_bin = require("kubelet", kubelet_version)
     require_debian_packages()
     workdir = workdir.resolve()
@@ -370,6 +377,7 @@ def run_node(
             folder.mkdir(parents=True, exist_ok=True)
         socket = containerd_dir / "containerd.sock"
         node = RealNode(name, plane, workdir, root, socket)
+        node.bridge_address = f"{_pod_prefix()}.1"
 
         # the one CNI network (Debian's bridge and host-local plugins): a bridge of the node's
         # own holding <prefix>.1 on this side (the kubelet's probes reach the pods on the
@@ -420,6 +428,7 @@ def run_node(
             f"--cert-dir={workdir / 'kubelet-pki'}",
             f"--hostname-override={name}",
             "--v=2",
+            *([f"--node-ip={node.bridge_address}"] if node_ip_on_bridge else []),
         ]
         kubelet, node.logs["kubelet"] = _start("kubelet", kubelet_argv, workdir, None)
         stack.callback(lambda: _stop(kubelet))  # the one running then: restart replaces it
@@ -451,9 +460,11 @@ def run_node(
 
         wait_ready()
 
-        def restart() -> None:
+        def restart(while_down: Callable[[], None] | None) -> None:
             nonlocal kubelet
             _stop(kubelet, timeout=60)
+            if while_down is not None:
+                while_down()
             # the Node stays Ready in the API until the kubelet posts again: wait for a new
             # heartbeat, not the old condition
             before = _ready_heartbeat(node)
