@@ -65,10 +65,11 @@ def _reset_runbook(a: ResetXidAlert, q: Query) -> Runbook:
         ),
         diagnosis="\n\n".join(
             (
-                "Look first at which Xid it is, at what NVML says the GPU needs now (its "
-                "recovery action and row remapper: `nvidia_gpu_action_required`; no series: "
-                "NVML cannot say), and whether other GPUs of the node report Xids too (then it "
-                "is the node: see GPUXidRebootRequired):",
+                "Look first at which Xid it is, at what the GPU needs now "
+                "(`nvidia_gpu_action_required`: its recovery action, its row remapper, and "
+                "this Xid, source `xid`, held until the GPU is reset; no series: NVML cannot "
+                "say), and whether other GPUs of the node report Xids too (then it is the "
+                "node: see GPUXidRebootRequired):",
                 promql(xe.counters(q), q.sel(c.ACTION_REQUIRED, 'uuid="<uuid>"')),
                 find_node(q),
                 KERNEL_LOG,
@@ -85,8 +86,10 @@ def _reset_runbook(a: ResetXidAlert, q: Query) -> Runbook:
             + on_node("nvidia-smi -r -i <gpu>")
             + "\n\nUncordon once `nvidia-smi` shows the GPU healthy:\n\n"
             + UNCORDON
-            + "\n\nIf the reset fails, reboot the node. If the same Xid returns after a reset "
-            "and a reboot, " + BUG_REPORT + "."
+            + "\n\nThe exporter lets the Xid's `nvidia_gpu_action_required` go when it sees "
+            "the reset (the GPU lost and back, or a new NVML session); where it did not, "
+            "restart the exporter's pod on the node. If the reset fails, reboot the node. If "
+            "the same Xid returns after a reset and a reboot, " + BUG_REPORT + "."
         ),
     )
 
