@@ -23,6 +23,8 @@ from kube_gpu_exporter.rules.alerts import (
     memory_leaks,
     node_devices,
     nodes,
+    queue_flavors,
+    queue_quota,
     queues,
     scheduling,
     scheduling_disruptions,
@@ -59,7 +61,13 @@ GROUPS: tuple[tuple[str, tuple[AlertSpec[Any], ...]], ...] = (
     ("kube-gpu-exporter.nodes", (*nodes.SPECS, *node_devices.SPECS)),
     (
         "kube-gpu-exporter.scheduling",
-        (*scheduling.SPECS, *scheduling_disruptions.SPECS, *queues.SPECS),
+        (
+            *scheduling.SPECS,
+            *scheduling_disruptions.SPECS,
+            *queues.SPECS,
+            *queue_flavors.SPECS,
+            *queue_quota.SPECS,
+        ),
     ),
     (
         "kube-gpu-exporter.exporter",

@@ -38,8 +38,9 @@ def _rule(a: ClusterViewDownAlert, q: Query) -> AlertText:
         f"{q.view_up()} == 0\nor\n{watch} == 0",
         f"For {a.for_} the cluster view{in_cluster(q)} has not been scraped, or its watch of "
         f"{{{{ with $labels.resource }}}}{{{{ . }}}}{{{{ end }}}} has failed: "
-        "GPUPodPendingTooLong, GPUFragmentation, GPUQuotaExhausted and GPUPreemptionRate "
-        "cannot fire meanwhile.",
+        "GPUPodPendingTooLong, GPUFragmentation, GPUQuotaExhausted, GPUPreemptionRate and "
+        "the Kueue alerts (KubeGpuWorkloadPendingTooLong, KubeGpuFlavorCannotFit, "
+        "KubeGpuQueueQuotaExhaustedWhileIdle) cannot fire meanwhile.",
     )
 
 
@@ -66,8 +67,9 @@ def _runbook(a: ClusterViewDownAlert, q: Query) -> Runbook:
             "then serves what it last saw of it, which grows stale."
         ),
         impact=(
-            "The scheduling alerts and the dashboard's 'why GPU pods wait' row are blind or "
-            "stale: pending GPU pods, quota refusals and preemptions go unreported."
+            "The scheduling and Kueue alerts and the dashboard's 'why GPU pods wait' and "
+            "'Queues (Kueue)' rows are blind or stale: pending GPU pods and workloads, quota "
+            "refusals and preemptions go unreported."
         ),
         diagnosis="\n\n".join(
             (

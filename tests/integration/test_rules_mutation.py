@@ -97,6 +97,9 @@ alerts:
   GPUFragmentation: {for: 7m}
   GPUQuotaExhausted: {threshold: 5, window: 30m, for: 2m}
   GPUPreemptionRate: {threshold: 10, window: 2h, for: 3m, reasons: [preempted, evicted]}
+  KubeGpuWorkloadPendingTooLong: {threshold: 3h, for: 0m}
+  KubeGpuFlavorCannotFit: {for: 7m}
+  KubeGpuQueueQuotaExhaustedWhileIdle: {idle_gpus: 2, for: 4m}
 """
 CONFIGS = {"defaults": "", "unlike-defaults": UNLIKE_DEFAULTS}
 
