@@ -127,20 +127,27 @@ def workload_reason(
 
 class EmptyNodes:
     """The view's nodes with nothing bound to them: where a pod set could go once quota
-    frees up. Node states are kept across cycles per node object (rebuilt when it changes)."""
+    frees up. Node states are kept across cycles per node object (made again when it
+    changes), and the whole view, with its cache of classifications, while no node changed:
+    the same pod sets are judged again every cycle."""
 
     def __init__(self) -> None:
         self._states: dict[str, NodeState] = {}
+        self._view: ClusterView | None = None
 
     def view(self, view: ClusterView) -> ClusterView:
         states = {}
+        changed = len(view.nodes) != len(self._states)
         for name, state in view.nodes.items():
             held = self._states.get(name)
             if held is None or held.node is not state.node:
                 held = node_state(state.node, {}, view.settings)
+                changed = True
             states[name] = held
+        if self._view is not None and not changed:
+            return self._view
         self._states = states
-        return ClusterView(
+        self._view = ClusterView(
             nodes=MappingProxyType(states),
             pods=(),
             quotas=MappingProxyType({}),
@@ -148,3 +155,4 @@ class EmptyNodes:
             advertised=view.advertised,
             pending=(),
         )
+        return self._view

@@ -69,10 +69,9 @@ def pods_by_workload(
     found: dict[str, list[Pod]] = defaultdict(list)
     if not owners:
         return found
+    owner_of = owners.get  # one loop over every pod: kept to two lookups each
     for pod in pods:
-        key = owners.get(pod.owner_uid) if pod.owner_uid else None
-        if key is None:
-            key = owners.get(pod.uid)
+        key = owner_of(pod.owner_uid) or owner_of(pod.uid)
         if key is not None and not pod.terminated:
             found[key].append(pod)
     return found
@@ -83,6 +82,7 @@ class KueueJudge:
 
     def __init__(self) -> None:
         self._empty = EmptyNodes()
+        self._counted: tuple[tuple[object, ...], dict[tuple[str, str], int]] = ((), {})
 
     def judge(self, view: ClusterView, kueue: KueueObjects) -> KueueView:
         workloads = kueue.workloads
@@ -125,7 +125,7 @@ class KueueJudge:
                 for name, queue in kueue.queues.items()
                 for q in queue.quotas
             },
-            flavor_nodes=_flavor_nodes(view, kueue),
+            flavor_nodes=self._flavor_nodes(view, kueue),
             queue_cohorts={name: queue.cohort for name, queue in kueue.queues.items()},
             admissions={q: kueue.admissions.get(q, 0) for q in {*kueue.queues, *kueue.admissions}},
             preemptions={
@@ -135,12 +135,16 @@ class KueueJudge:
             pod_reasons=pod_reasons,
         )
 
-
-def _flavor_nodes(view: ClusterView, kueue: KueueObjects) -> dict[tuple[str, str], int]:
-    resources: dict[str, set[str]] = {name: set(view.advertised) for name in kueue.flavors}
-    for queue in kueue.queues.values():
-        for quota in queue.quotas:
-            if quota.flavor in resources:
-                resources[quota.flavor].add(quota.resource)
-    nodes = (state.node for state in view.nodes.values())
-    return flavor_nodes(kueue.flavors.values(), nodes, resources)
+    def _flavor_nodes(self, view: ClusterView, kueue: KueueObjects) -> dict[tuple[str, str], int]:
+        """Counted again only when a node, a flavor or the resources to count changed: the
+        same node objects (the view keeps them while they do not change) count alike."""
+        resources = {name: set(view.advertised) for name in kueue.flavors}
+        for queue in kueue.queues.values():
+            for quota in queue.quotas:
+                if quota.flavor in resources:
+                    resources[quota.flavor].add(quota.resource)
+        nodes = tuple(state.node for state in view.nodes.values())
+        key = (nodes, tuple(kueue.flavors.values()), tuple(map(sorted, resources.values())))
+        if key != self._counted[0]:
+            self._counted = (key, flavor_nodes(kueue.flavors.values(), nodes, resources))
+        return self._counted[1]

@@ -10,6 +10,7 @@ from typing import Any
 from kube_gpu_exporter.demo.kube_api.cluster_objects import GPU_TAINT, make_gpu_pod, make_node
 from kube_gpu_exporter.exporter.cluster.kueue import parse_workload
 from kube_gpu_exporter.exporter.cluster.kueue_counters import QueueCounters
+from kube_gpu_exporter.exporter.cluster.kueue_fit import EmptyNodes
 from kube_gpu_exporter.exporter.cluster.kueue_objects import (
     Flavor,
     flavor_nodes,
@@ -287,3 +288,16 @@ def test_a_kueue_gated_plain_pod_counts_under_its_workloads_reason() -> None:
         assert [
             (s.labels, s.value) for s in families[counter].samples if s.name.endswith("_total")
         ] == [({"cluster_queue": "cq"}, 0.0)]
+
+
+def test_the_empty_nodes_view_is_kept_while_no_node_changes() -> None:
+    """Its cache of classifications then serves every cycle's pod sets again."""
+    nodes = _nodes()
+    empty = EmptyNodes()
+    first = empty.view(_view([make_gpu_pod("a", 1, node="n0")], nodes))
+    assert all(state.free_of(GPU) == 4 for state in first.nodes.values()), "nothing bound"
+    assert empty.view(_view([], nodes)) is first
+    changed = [nodes[0], parse_node(make_node("n1", 2))]
+    again = empty.view(_view([], changed))
+    assert again is not first and again.nodes["n1"].free_of(GPU) == 2
+    assert again.nodes["n0"] is first.nodes["n0"], "an unchanged node's state is kept"
