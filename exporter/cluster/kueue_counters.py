@@ -40,6 +40,7 @@ class QueueCounters:
         self._since = math.floor(time.time() if started is None else started)
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
+        self._missing: set[str] = set()  # seen, yet not held at the last `forget_except`
         self._admissions: Counter[str] = Counter()
         self._preemptions: Counter[str] = Counter()
 
@@ -66,10 +67,14 @@ class QueueCounters:
         return at is not None and at != seen and at >= self._since
 
     def forget_except(self, held: Collection[str]) -> None:
-        """Forgets the Workloads no longer held (deleted): their transitions are counted."""
+        """Forgets the Workloads no longer held (deleted): their transitions are counted.
+        One missing twice in a row: the watch observes an object before it stores it, so one
+        just observed may not be held yet, and forgetting it would count it again."""
         with self._lock:
-            for key in [k for k in self._seen if k not in held]:
+            missing = {key for key in self._seen if key not in held}
+            for key in missing & self._missing:
                 del self._seen[key]
+            self._missing = missing - self._missing
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
         """(admissions, preemptions) by ClusterQueue so far."""

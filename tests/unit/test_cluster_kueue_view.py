@@ -205,9 +205,14 @@ def test_counters_count_new_transitions_since_start_once() -> None:
     )
     counters.observe("ml/a", _parsed(again), "cq")
     assert counters.snapshot() == ({"cq": 2}, {"cq": 1})
-    counters.forget_except({"ml/a"})
+    new = _parsed(_workload("new", 1, conditions=(_condition("Admitted", "True"),)))
+    counters.observe("ml/new", new, "cq")
+    counters.forget_except({"ml/a"})  # "ml/new" observed, not yet held by the watch
+    counters.observe("ml/new", new, "cq")
+    assert counters.snapshot()[0] == {"cq": 3}, "observed again: not counted again"
+    counters.forget_except({"ml/a", "ml/new"})
     counters.observe("ml/a", None)
-    assert counters.snapshot() == ({"cq": 2}, {"cq": 1}), "counters never go down"
+    assert counters.snapshot() == ({"cq": 3}, {"cq": 1}), "counters never go down"
 
 
 def _view(pods: list[Any], nodes: list[Any] | None = None) -> ClusterView:
