@@ -132,12 +132,12 @@ def _case(a: QuotaExhaustedWhileIdleAlert, w: World) -> Case:
         *(("team-z", f"zero-{i}", "zero-cq", True) for i in range(a.idle_gpus + 1)),
         ("team-d", "loose-0", None, True),
     ]
-    for gpu, (ns, pod, cq, idle) in enumerate(pods):
+    for gpu, (ns, pod, queue, idle) in enumerate(pods):
         held = w.pod("a", gpu, ns, pod)
         series.append(Series(c.ALLOCATION_INFO.name, held, steady(1, n)))
         series.append(s(c.POD_UTILIZATION, held, steady(0 if idle else 1, n)))
-        if cq is not None:
-            info = w.view(namespace=ns, pod=pod, cluster_queue=cq, local_queue=f"{ns}-queue")
+        if queue is not None:
+            info = w.view(namespace=ns, pod=pod, cluster_queue=queue, local_queue=f"{ns}-queue")
             series.append(s(k.QUEUE_POD_INFO, info, steady(1, n)))
 
     def fired(cq: str) -> Firing:
