@@ -36,6 +36,7 @@ from kube_gpu_exporter.exporter.serve.web_config import WebConfig, load_web_conf
 if TYPE_CHECKING:
     from kube_gpu_exporter.exporter.attribution.directory import KubeDirectory
     from kube_gpu_exporter.exporter.kubelet.client import PodResourcesClient, PodResourcesWatcher
+    from kube_gpu_exporter.exporter.kubernetes.node_status import NodeStatus
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,28 @@ def _kube_directory(args: argparse.Namespace) -> KubeDirectory | None:
     return KubeDirectory(pods, Path(args.procfs), labels, slices)
 
 
+def _node_status(args: argparse.Namespace) -> NodeStatus | None:
+    """The client of the exporter's own Node, for --health.node-conditions and
+    --health.node-taint; a missing node name is bad input."""
+    if not (args.health_conditions or args.health_taint):
+        return None
+    if not args.node_name:
+        raise InputError(
+            "--health.node-conditions and --health.node-taint need this node's name: "
+            "--kubernetes.node-name or $NODE_NAME"
+        )
+    from kube_gpu_exporter.exporter.kubernetes.client import api_client
+    from kube_gpu_exporter.exporter.kubernetes.node_status import NodeStatus
+
+    return NodeStatus(api_client(args.kubeconfig), args.node_name)
+
+
 async def _serve(
     args: argparse.Namespace,
     web_config: WebConfig,
     sampler: Sampler,
     directory: KubeDirectory | None,
+    node_status: NodeStatus | None = None,
 ) -> None:
     pod_resources = _pod_resources(args)
     attribution = None
@@ -119,8 +137,26 @@ async def _serve(
 
         # hostname None: the host name; schema: classic, 4.8.3 or 4.9 (the flag's value)
         dcgm_compat = DcgmCompat(hostname=args.node_name or None, schema=args.dcgm_compat)
+    health = None
+    if node_status is not None:
+        from kube_gpu_exporter.exporter.serve.node_health import NodeHealthReporter
+
+        health = NodeHealthReporter(
+            node_status,
+            lambda: collection.latest.snapshot if collection.latest else None,
+            args.interval,
+            conditions=args.health_conditions,
+            taint_key=args.health_taint,
+            heartbeat=args.health_heartbeat,
+        )
     collection = CollectionLoop(
-        sampler, args.interval, attribution, dcgm_compat, _pci_bus(args), args.stall_timeout
+        sampler,
+        args.interval,
+        attribution,
+        dcgm_compat,
+        _pci_bus(args),
+        args.stall_timeout,
+        error_sources=(health.errors_total,) if health else (),
     )
     try:
         runner = await start_site(args, web_config, collection)
@@ -133,9 +169,13 @@ async def _serve(
     if directory is not None and attribution is not None:
         directory.start()
     collection.start()
+    if health is not None:
+        health.start()
     log.info("serving on %s", served_at(args, web_config))
     await stop.wait()
     log.info("shutting down")
+    if health is not None:
+        await health.stop()
     await shut_down(_shut_down(runner, collection, pod_resources, directory))
 
 
@@ -164,8 +204,9 @@ def serve(args: argparse.Namespace) -> int:
         web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
         ensure_descriptors(args.max_connections)
         directory = _kube_directory(args)
+        node_status = _node_status(args)
         sampler = _sampler(args)
-        asyncio.run(_serve(args, web_config, sampler, directory))
+        asyncio.run(_serve(args, web_config, sampler, directory, node_status))
     except InputError as exc:
         print(f"kube-gpu-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

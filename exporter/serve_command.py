@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.exposition.dcgm_fields import SCHEMAS as DCGM_SCHEMAS
@@ -49,6 +50,64 @@ def xid_codes(value: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"not a comma-separated list of Xid codes: {quoted(value)}"
         ) from None
+
+
+# --health.node-taint's key without a value; the heartbeat is node-problem-detector's default.
+DEFAULT_TAINT = "nvidia.com/gpu-needs-reset"
+DEFAULT_HEARTBEAT = 300.0
+_TAINT_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def taint_key(value: str) -> str:
+    """A taint key: a label key, `[prefix/]name` (name up to 63 characters)."""
+    if not _TAINT_KEY.fullmatch(value) or len(value.partition("/")[0]) > 253:
+        raise argparse.ArgumentTypeError(f"not a taint key: {quoted(value)}")
+    return value
+
+
+def heartbeat(value: str) -> float:
+    """A duration, or 0 for no heartbeat (the condition is written only when it changes)."""
+    return 0.0 if value.strip() in ("0", "0s") else positive_duration(value)
+
+
+def add_health_flags(serve: argparse.ArgumentParser) -> None:
+    """The opt-in writes of GPU health on the exporter's own Node (docs/gpu-health.md)."""
+    health = serve.add_argument_group(
+        "GPU health on this node's Node object (opt-in; docs/gpu-health.md)"
+    )
+    health.add_argument(
+        "--health.node-conditions",
+        dest="health_conditions",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="set the condition GPUHealthy on this node's Node (patch nodes/status): True when "
+        "every GPU's recovery action is none, False with the most severe action asked "
+        "(ResetGPU, RebootNode, ...) as reason, Unknown where NVML cannot say; needs "
+        "--kubernetes.node-name and the chart's health.nodeConditions RBAC",
+    )
+    health.add_argument(
+        "--health.node-taint",
+        dest="health_taint",
+        nargs="?",
+        const=DEFAULT_TAINT,
+        default=None,
+        type=taint_key,
+        metavar="KEY",
+        help="also taint the Node NoSchedule with KEY while a GPU needs a reset or a reboot, "
+        f"untainted when all are healthy (the flag alone: {DEFAULT_TAINT}; patch nodes)",
+    )
+    health.add_argument(
+        "--health.heartbeat-interval",
+        dest="health_heartbeat",
+        type=heartbeat,
+        default=DEFAULT_HEARTBEAT,
+        metavar="DURATION",
+        help="write the unchanged condition again this often, a new lastHeartbeatTime; 0 for "
+        f"only on change (default {DEFAULT_HEARTBEAT:g}s)",
+    )
 
 
 def add_arguments(serve: argparse.ArgumentParser) -> None:
@@ -182,4 +241,5 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         const=None,
         help="serve only our own names (the default)",
     )
+    add_health_flags(serve)
     logs.add_flags(serve)

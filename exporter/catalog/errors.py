@@ -60,6 +60,20 @@ KUBERNETES_ERROR_KINDS: Final[tuple[str, ...]] = (
     "other",
 )
 
+# A failed read or write of the exporter's own Node by --health.node-conditions or
+# --health.node-taint, counted as `node_health_<kind>`: refused by RBAC (403), no such Node
+# (404), the taints changed under every retry (409), a 5xx or 429, a timeout, no connection,
+# anything else. Counted once per attempt; attempts back off while they fail.
+NODE_HEALTH_ERROR_KINDS: Final[tuple[str, ...]] = (
+    "forbidden",
+    "not_found",
+    "conflict",
+    "server_error",
+    "timeout",
+    "connection",
+    "other",
+)
+
 # The PCI device list under --path.sysfs could not be read (nvidia_gpu_node_pci_gpus is then
 # absent): counted once per cycle, and present at 0 only while that reading is on.
 SYSFS_ERROR_KIND: Final = "sysfs"

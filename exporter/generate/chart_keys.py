@@ -157,6 +157,29 @@ def keys() -> tuple[Key, ...]:
         ),
         Key("serviceAccount.annotations", {}, STRINGS_MAP, "Annotations of the ServiceAccounts."),
         Key("rbac.create", True, BOOL, "Create the read-only ClusterRoles and their bindings."),
+        Key(
+            "nodeHealth.conditions",
+            False,
+            BOOL,
+            "Write the GPUHealthy condition on each exporter's Node (`--health.node-conditions`), "
+            "with a ClusterRole of its own: get nodes, patch nodes/status (docs/gpu-health.md).",
+        ),
+        Key(
+            "nodeHealth.taint",
+            False,
+            BOOL,
+            "Taint the Node NoSchedule while a GPU needs a reset or a reboot "
+            "(`--health.node-taint`); its ClusterRole may also get and patch nodes.",
+        ),
+        Key("nodeHealth.taintKey", "nvidia.com/gpu-needs-reset", STRING, "The taint's key."),
+        Key(
+            "nodeHealth.admissionPolicy",
+            False,
+            BOOL,
+            "A ValidatingAdmissionPolicy (Kubernetes 1.30+) that lets the exporters' "
+            "ServiceAccount write only the Node its pod runs on, and there only the condition "
+            "and the taint.",
+        ),
         Key("service.enabled", True, BOOL, "The exporters' Service (and so their scraping)."),
         Key(
             "service.type",

@@ -20,6 +20,7 @@ from pathlib import Path
 from kube_gpu_exporter.exporter.catalog.errors import (
     COLLECTION_ERROR_KINDS,
     KUBERNETES_ERROR_KINDS,
+    NODE_HEALTH_ERROR_KINDS,
     NVML_ERROR_KINDS,
     POD_RESOURCES_ERROR_KINDS,
     STALLED_ERROR_KIND,
@@ -116,6 +117,14 @@ def _error_kinds(_: Config) -> str:
             _kinds(KUBERNETES_ERROR_KINDS, "kubernetes_resourceslices_"),
             "the same for the node's DRA ResourceSlices",
             "with `--kubernetes.enabled`",
+        ),
+        (
+            _kinds(NODE_HEALTH_ERROR_KINDS, "node_health_"),
+            "a read or write of the exporter's own Node (its `GPUHealthy` condition, its taint) "
+            "failed: refused by RBAC (403), no such Node, the taints changed under every retry "
+            "(409), a 5xx or 429, a timeout, no connection, anything else; logged when it "
+            "begins, retried with backoff (docs/gpu-health.md)",
+            "with `--health.node-conditions` or `--health.node-taint`",
         ),
     ]
     listed = {kind.strip("`") for kinds, _, _ in rows for kind in kinds.split(", ")}

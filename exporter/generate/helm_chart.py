@@ -47,6 +47,7 @@ TEMPLATES: Final = (
     "templates/daemonset.yaml",
     "templates/dashboards.yaml",
     "templates/network-policy.yaml",
+    "templates/node-health.yaml",
     "templates/prometheus-rule.yaml",
     "templates/rbac.yaml",
     "templates/resourcequota.yaml",

@@ -1,5 +1,6 @@
 """The Kubernetes API client: GET requests on urllib3 (and one POST, `explain -f`'s dry-run
-create), configured once from a kubeconfig or the in-cluster environment.
+create; PATCHes of its own Node's status and taints, for `serve`'s opt-in node health),
+configured once from a kubeconfig or the in-cluster environment.
 
 We read four kinds of objects with GET (list, watch, one pod) and parse the JSON ourselves
 into slim values, so the `kubernetes` package's generated client (hundreds of model classes,
@@ -153,13 +154,30 @@ class ApiClient:
         """The JSON the API server answers to POST `body` (as JSON) to `path`; ApiError if not
         2xx. Only `explain -f` posts, with `dry_run="All"`: the API server admits and
         validates the object and stores nothing."""
+        return self._send("POST", path, body, "application/json", params, timeout)
+
+    def patch(self, path: str, body: Any, content_type: str, *, timeout: Any = None) -> Any:
+        """The object the API server answers to PATCH `body` of `content_type` (a strategic
+        merge or JSON merge patch) to `path`; ApiError if not 2xx. Only `serve`'s opt-in node
+        health patches (node_status.py): its Node's GPU condition and taint."""
+        return self._send("PATCH", path, body, content_type, None, timeout)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        params: dict[str, Any] | None,
+        timeout: Any,
+    ) -> Any:
         url = self.host + path
         query = _query(params or {})
         if query:
             url += "?" + query
-        headers = self._with_authorization({**self._headers, "Content-Type": "application/json"})
+        headers = self._with_authorization({**self._headers, "Content-Type": content_type})
         response = self._http.request(
-            "POST",
+            method,
             url,
             body=json.dumps(body).encode(),
             headers=headers,

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -114,8 +114,11 @@ class CollectionLoop:
         dcgm_compat: DcgmCompat | None = None,
         pci_bus: PciBus | None = None,
         stall_timeout: float | None = None,
+        error_sources: Sequence[Callable[[], Mapping[str, int]]] = (),
     ) -> None:
         self._sampler = sampler
+        # Counts of parts beside collection (node_health.py), merged into each cycle's errors
+        self._error_sources = tuple(error_sources)
         self._interval = interval
         self._stall_timeout = stall_timeout or default_stall_timeout(interval)
         self._attribution = attribution
@@ -260,6 +263,8 @@ class CollectionLoop:
         with self._errors_lock:
             errors = dict(self._errors)
         errors |= attributed.errors_total if attributed else {}
+        for source in self._error_sources:
+            errors |= source()
         state = ExporterState(
             collection_duration_seconds=0.0,  # filled in by render()
             last_success_timestamp=self._last_success,

@@ -97,6 +97,7 @@ def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "--kubernetes.enabled",
             f"--kubernetes.kubeconfig={kubeconfig}",
             f"--kubernetes.node-name={NODE}",
+            "--health.node-conditions",  # its node_health_* kinds, each from 0
         ]
         with run_exporter(args, tmp, wait_ready=False) as exporter:
 

@@ -51,6 +51,17 @@ def svc(objs: Objs) -> dict[str, Any]:
     )
 
 
+def node_health_rules(objs: Objs) -> set[tuple[str, str]]:
+    """(resource, verb) of the opt-in node-health ClusterRole (templates/node-health.yaml)."""
+    (role,) = [
+        r for r in of_kind(objs, "ClusterRole") if r["metadata"]["name"].endswith("-node-health")
+    ]
+    return {
+        (res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]
+    }
+
+
+TAINT = "nvidia.com/gpu-needs-reset"
 OBJ = '{"a":"b"}'
 LIST = '[{"name":"x","value":"y"}]'
 # key → (--set-json value, what the rendered objects show). --set-json: a value as JSON.
@@ -169,6 +180,32 @@ CASES: dict[str, tuple[str, Callable[[Objs], bool]]] = {
     "rbac.create": (
         "false",
         lambda o: not of_kind(o, "ClusterRole") and not of_kind(o, "ClusterRoleBinding"),
+    ),
+    "nodeHealth.conditions": (
+        "true",
+        lambda o: (
+            "--health.node-conditions" in container(o)["args"]
+            and node_health_rules(o) == {("nodes", "get"), ("nodes/status", "patch")}
+        ),
+    ),
+    "nodeHealth.taint": (
+        "true",
+        lambda o: (
+            f"--health.node-taint={TAINT}" in container(o)["args"]
+            and ("nodes", "patch") in node_health_rules(o)
+        ),
+    ),
+    "nodeHealth.taintKey": (
+        '"example.com/gpu-broken"',
+        lambda o: "--health.node-taint=example.com/gpu-broken" in container(o)["args"],
+    ),
+    "nodeHealth.admissionPolicy": (
+        "true",
+        lambda o: (
+            len(of_kind(o, "ValidatingAdmissionPolicy")) == 1
+            and of_kind(o, "ValidatingAdmissionPolicyBinding")[0]["spec"]["validationActions"]
+            == ["Deny"]
+        ),
     ),
     "service.enabled": (
         "false",
@@ -331,6 +368,8 @@ CASES: dict[str, tuple[str, Callable[[Objs], bool]]] = {
 }
 # Keys whose effect shows only with another key set.
 NEEDS = {
+    "nodeHealth.taintKey": ["--set", "nodeHealth.taint=true"],
+    "nodeHealth.admissionPolicy": ["--set", "nodeHealth.conditions=true"],
     "networkPolicy.enabled": ["--set", "networkPolicy.prometheusPodLabels.app=prometheus"],
     "webConfig.key": ["--set", "webConfig.existingSecret=web"],
     "webConfig.tls": ["--set", "webConfig.existingSecret=web"],
