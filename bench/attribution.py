@@ -3,10 +3,10 @@
 The node is `node.attribution_scenario()`: 56 MIG instances each held by one pod
 (`nvidia.com/mig-1g.10gb`) and one whole GPU shared by ten time-slicing replicas
 (`<uuid>::0..9`, `nvidia.com/gpu`), 66 pods in all. The pods are built as the kubelet sends
-them (tests/fakes/kubelet_server.py's builders) and the listing is parsed by the client's own
-`parse_allocations` / `parse_allocatable`, so what `attribute()` sees here is exactly what
-the exporter gets from a real kubelet; the same pods are served over gRPC by `FakeKubelet`
-for the scrape run (bench/run.py).
+them (tests/fakes/kubelet_server.py's builders), serialized by protobuf and read back by the
+client's own wire.py and `parse_allocations` / `parse_allocatable`, so what `attribute()` sees
+here is exactly what the exporter gets from a real kubelet; the same pods are served over gRPC
+by `FakeKubelet` for the scrape run (bench/run.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from kube_gpu_exporter.exporter.kubelet.listing import (
     parse_allocations,
 )
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
+from kube_gpu_exporter.exporter.kubelet.wire import decode_allocatable, decode_list
 from kube_gpu_exporter.exporter.nvml.sampler import NvmlSampler
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop
 from kube_gpu_exporter.exporter.simulated.scenario import NodeState
@@ -109,11 +110,10 @@ def parse_listing(
 ) -> Listing:
     """The kubelet's answer turned into a Listing by the client's own parsers."""
     wanted = ResourceFilter(DEFAULT_RESOURCE_PATTERNS)
-    allocations, dra = parse_allocations(
-        api_pb2.ListPodResourcesResponse(pod_resources=pods), wanted
-    )
-    answer = api_pb2.AllocatableResourcesResponse(devices=allocatable)
-    return Listing(allocations, dra, parse_allocatable(answer, wanted))
+    listed = api_pb2.ListPodResourcesResponse(pod_resources=pods).SerializeToString()
+    allocations, dra = parse_allocations(decode_list(listed), wanted)
+    answer = api_pb2.AllocatableResourcesResponse(devices=allocatable).SerializeToString()
+    return Listing(allocations, dra, parse_allocatable(decode_allocatable(answer), wanted))
 
 
 class SharedGpuDirectory:

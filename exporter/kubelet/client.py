@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
-from google.protobuf.message import Message
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.const import Status
 from grpclib.encoding.base import CodecBase
@@ -38,7 +37,7 @@ from kube_gpu_exporter.exporter.kubelet.listing import (
     parse_allocatable,
     parse_allocations,
 )
-from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
+from kube_gpu_exporter.exporter.kubelet.wire import WireError, decode_allocatable, decode_list
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,9 @@ log = logging.getLogger(__name__)
 MAX_RECEIVE_MESSAGE_LENGTH: Final = 16 << 20
 
 
-_Request = TypeVar("_Request", bound=Message)
-_Response = TypeVar("_Response", bound=Message)
+_Response = TypeVar("_Response")
+# The service's path, as v1/api.proto names it (package v1; a test holds it to the stubs').
+SERVICE: Final = "/v1.PodResourcesLister/"
 
 
 class PodResourcesError(Exception):
@@ -107,22 +107,20 @@ class _CallFailed(Exception):
         self.details = details
 
 
-def _method(name: str) -> str:
-    """The gRPC path of a PodResourcesLister method, as the descriptor defines it."""
-    service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
-    return f"/{service.full_name}/{service.methods_by_name[name].name}"
+class _WireCodec(CodecBase):
+    """The kubelet's messages as wire.py reads them, with no protobuf runtime: both requests are
+    empty messages (no bytes), and the answer's "type" is the function that decodes it.
 
-
-class _LimitedProtoCodec(CodecBase):
-    """Protobuf messages, refusing an answer over MAX_RECEIVE_MESSAGE_LENGTH as grpcio does
-    (RESOURCE_EXHAUSTED, "larger than max"): grpclib itself sets no limit. The answer is read
-    before its size is judged; the kubelet is the node's own, and its answer is the one thing
-    read here. Passing a codec also keeps grpclib from importing googleapis' status types."""
+    An answer over MAX_RECEIVE_MESSAGE_LENGTH is refused as grpcio does (RESOURCE_EXHAUSTED,
+    "larger than max"): grpclib itself sets no limit. It is read before its size is judged; the
+    kubelet is the node's own, and its answer is the one thing read here. Passing a codec also
+    keeps grpclib from importing googleapis' status types.
+    """
 
     __content_subtype__ = "proto"
 
     def encode(self, message: Any, message_type: Any) -> bytes:
-        return bytes(message.SerializeToString())
+        return b""
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         if len(data) > MAX_RECEIVE_MESSAGE_LENGTH:
@@ -130,7 +128,7 @@ class _LimitedProtoCodec(CodecBase):
                 Status.RESOURCE_EXHAUSTED,
                 f"Received message larger than max ({len(data)} vs. {MAX_RECEIVE_MESSAGE_LENGTH})",
             )
-        return message_type.FromString(data)
+        return message_type(data)
 
 
 class PodResourcesClient:
@@ -159,7 +157,7 @@ class PodResourcesClient:
 
     def _open(self) -> Channel:
         if self._channel is None:
-            self._channel = Channel(path=self.path, codec=_LimitedProtoCodec())
+            self._channel = Channel(path=self.path, codec=_WireCodec())
         return self._channel
 
     def _allocatable_refused(self, err: _CallFailed) -> None:
@@ -182,19 +180,24 @@ class PodResourcesClient:
             channel.close()
 
     async def _call(
-        self,
-        name: str,
-        request: _Request,
-        response_type: type[_Response],
-        deadline: float,
+        self, name: str, decode: Callable[[bytes], _Response], deadline: float
     ) -> _Response:
-        """One unary call within `deadline`; every failure becomes a `_CallFailed`."""
+        """One unary call (an empty request) within `deadline`; every failure becomes a
+        `_CallFailed`."""
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             raise PodResourcesError("timeout", f"no time left for {name} within {self.timeout}s")
-        method = UnaryUnaryMethod(self._open(), _method(name), type(request), response_type)
+        method: UnaryUnaryMethod[bytes, _Response] = UnaryUnaryMethod(
+            self._open(),
+            SERVICE + name,
+            bytes,
+            decode,  # type: ignore[arg-type]
+        )
         try:
-            return await method(request, timeout=remaining)
+            return await method(b"", timeout=remaining)
+        except WireError as err:
+            # what grpcio answers when its deserializer fails
+            raise _CallFailed(Status.INTERNAL, f"Exception deserializing response: {err}") from None
         except GRPCError as err:
             raise _CallFailed(err.status, err.message or "") from None
         except TimeoutError:
@@ -213,21 +216,11 @@ class PodResourcesClient:
         """
         deadline = asyncio.get_running_loop().time() + self.timeout
         try:
-            listed = await self._call(
-                "List",
-                api_pb2.ListPodResourcesRequest(),
-                api_pb2.ListPodResourcesResponse,
-                deadline,
-            )
+            listed = await self._call("List", decode_list, deadline)
             allocatable: Mapping[str, tuple[str, ...]] | None = None
             refused = False
             try:
-                answer = await self._call(
-                    "GetAllocatableResources",
-                    api_pb2.AllocatableResourcesRequest(),
-                    api_pb2.AllocatableResourcesResponse,
-                    deadline,
-                )
+                answer = await self._call("GetAllocatableResources", decode_allocatable, deadline)
                 allocatable = parse_allocatable(answer, self._wanted)
                 self._allocatable_refusal = None  # answered: a later refusal is news again
             except _CallFailed as err:

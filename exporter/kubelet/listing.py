@@ -1,6 +1,6 @@
-"""What the kubelet's pod-resources answer says, as small immutable values, and the parsing of
-its protobuf messages into them: which container holds which device ids under which resource,
-and which device ids each resource advertises.
+"""What the kubelet's pod-resources answer says, as small immutable values, and their making
+from its two answers (as wire.py reads them): which container holds which device ids under
+which resource, and which device ids each resource advertises.
 
 Kept apart from the gRPC client (client.py) because attribution, the simulated node and the
 tests build and read these values without a kubelet to talk to.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from types import MappingProxyType
 
-from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2
+from kube_gpu_exporter.exporter.kubelet import wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +85,10 @@ def _merge(target: dict[str, None], ids: Iterable[str]) -> None:
 
 
 def _dra_allocation(
-    pod: api_pb2.PodResources,
-    container: api_pb2.ContainerResources,
-    claim: api_pb2.DynamicResource,
-    resource: api_pb2.ClaimResource,
+    pod: wire.PodResources,
+    container: wire.ContainerResources,
+    claim: wire.DynamicResource,
+    resource: wire.ClaimResource,
 ) -> DraAllocation:
     return DraAllocation(
         namespace=pod.namespace,
@@ -99,12 +99,12 @@ def _dra_allocation(
         driver=resource.driver_name,
         pool=resource.pool_name,
         device=resource.device_name,
-        share_id=resource.share_id if resource.HasField("share_id") else None,
+        share_id=resource.share_id,
     )
 
 
 def parse_allocations(
-    response: api_pb2.ListPodResourcesResponse, wanted: ResourceFilter
+    response: wire.ListPodResourcesResponse, wanted: ResourceFilter
 ) -> tuple[tuple[ContainerAllocation, ...], tuple[DraAllocation, ...]]:
     """Flatten List's answer; merge one container's entries for the same resource.
 
@@ -133,7 +133,7 @@ def parse_allocations(
 
 
 def parse_allocatable(
-    response: api_pb2.AllocatableResourcesResponse, wanted: ResourceFilter
+    response: wire.AllocatableResourcesResponse, wanted: ResourceFilter
 ) -> Mapping[str, tuple[str, ...]]:
     """Resource name → allocatable device ids, NUMA entries merged."""
     merged: dict[str, dict[str, None]] = {}

@@ -22,6 +22,7 @@ import pytest
 from kube_gpu_exporter.exporter.catalog.errors import POD_RESOURCES_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubelet import generate
 from kube_gpu_exporter.exporter.kubelet.client import (
+    SERVICE,
     PodResourcesClient,
     PodResourcesError,
     PodResourcesWatcher,
@@ -570,6 +571,7 @@ def test_wire_contract_matches_the_kubelet() -> None:
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"
     assert [m.name for m in service.methods] == ["List", "GetAllocatableResources", "Get"]
+    assert f"/{service.full_name}/" == SERVICE  # the client's paths, without the stubs
     expected = {
         "AllocatableResourcesResponse": {"devices": 1, "cpu_ids": 2, "memory": 3},
         "ListPodResourcesResponse": {"pod_resources": 1},

@@ -3,7 +3,8 @@ its imports, so every module another command uses (the generator, the report, th
 cluster view, the rules and dashboards) or only a flag turns on (pydantic for a web config or
 a scenario, gRPC for the kubelet, the Kubernetes client) must stay out of a plain `serve`.
 With attribution on, the kubelet's gRPC is grpclib's (pure Python on asyncio), never grpcio's
-C core, which cost every node's exporter ~10 MiB more to import.
+C core, and its answers are read by exporter/kubelet/wire.py, without the protobuf runtime:
+the two cost every node's exporter ~13 MiB more to import.
 
 The exporter runs over the fake libnvidia-ml in a wrapper that lists `sys.modules` once
 /metrics has answered with the GPUs in it, i.e. after serving and collecting have both run.
@@ -159,7 +160,7 @@ def test_serve_help_loads_no_other_command(tmp_path: Path) -> None:
     assert _loaded(out, NOT_SERVING) == []
 
 
-def test_attribution_loads_grpclib_and_never_grpcio(
+def test_attribution_loads_grpclib_and_never_grpcio_or_protobuf(
     nvml_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The test's kubelet socket need not answer: the client is built as serve starts."""
@@ -170,4 +171,6 @@ def test_attribution_loads_grpclib_and_never_grpcio(
     names = modules.read_text().split()
     assert "kube_gpu_exporter.exporter.kubelet.client" in names
     assert "grpclib.client" in names
-    assert _loaded(modules, ("grpc",)) == []
+    # wire.py reads the kubelet's answers: no protobuf runtime either
+    stubs = "kube_gpu_exporter.exporter.kubelet.v1"
+    assert _loaded(modules, ("grpc", "google.protobuf", stubs)) == []
