@@ -89,6 +89,7 @@ class Run:
     node: str  # how the tables describe the node
     deployed_args: tuple[str, ...]  # the DaemonSet's, as read from the manifest
     pods: tuple[int, int]  # on the node as deployed: all, holding GPUs
+    in_cluster: bool  # as deployed, through the mounted service account (else a kubeconfig)
 
 
 def _git_describe() -> str:
@@ -290,10 +291,20 @@ def render(r: Run, run: str) -> str:
                 "As deployed: the DaemonSet's args read from deploy/daemonset.yaml, `"
                 + " ".join(r.deployed_args)
                 + "` (the manifest's intervals: flags left out are serve's defaults), with "
-                "the listen address on 127.0.0.1, the socket a real gRPC pod-resources server "
-                f"and the in-cluster service account a kubeconfig for the test API server; "
-                f"{r.pods[0]} pods on the node, {r.pods[1]} of them holding every GPU device, "
-                "listed by both; its figures are taken once every held device is attributed.",
+                "the listen address on 127.0.0.1 and the socket a real gRPC pod-resources "
+                "server; "
+                + (
+                    "the API server found by in-cluster config (KUBERNETES_SERVICE_HOST/PORT, "
+                    "the service account's token and CA mounted where the kubelet mounts them), "
+                    "the test API server behind TLS"
+                    if r.in_cluster
+                    else "the service account replaced by `--kubernetes.kubeconfig` for the test "
+                    "API server (no mount namespace could be made: the kubeconfig parser and "
+                    "YAML are loaded, TLS is not)"
+                )
+                + f"; {r.pods[0]} pods on the node, {r.pods[1]} of them holding every GPU "
+                "device, listed by both; its figures are taken once every held device is "
+                "attributed and the pod watch is up.",
                 "",
                 *table(r),
                 "",

@@ -54,6 +54,7 @@ LONG_S = 3600.0
 # Ours, both ways: the exporters whose Xid watcher waits in the fake's nvmlEventSetWait
 WATCHES_XIDS = ("ours", "deployed")
 ALLOCATION_INFO = b"nvidia_gpu_allocation_info{"
+API_UP = b"\nkube_gpu_exporter_kubernetes_api_up 1"
 UUID = re.compile(rb"\b(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
 
@@ -183,14 +184,18 @@ def scrape_cpu(server: Running, gzip: bool, seconds: float) -> ScrapeCpu:
 
 
 def wait_attributed(server: Running, held: int) -> None:
-    """Until /metrics attributes every device a GPU pod holds (the kubelet listed, a cycle ran)."""
+    """Until /metrics attributes every device a GPU pod holds (the kubelet listed, a cycle ran)
+    and the pod watch is up."""
     deadline = time.monotonic() + procs.START_TIMEOUT_SECONDS
     scraper = Scraper(server.port)
     try:
-        while (found := scraper.get()[1].count(ALLOCATION_INFO)) < held:
+        while (found := (body := scraper.get()[1]).count(ALLOCATION_INFO)) < held or (
+            API_UP not in body
+        ):
             if time.monotonic() > deadline or server.proc.poll() is not None:
                 raise BenchError(
-                    f"{server.peer.name}: {found} of {held} devices attributed "
+                    f"{server.peer.name}: {found} of {held} devices attributed, API up: "
+                    f"{API_UP in body} "
                     f"({server.last_log_line()})"
                 )
             time.sleep(0.2)
@@ -257,6 +262,7 @@ def _measure(
         description,
         deployed.args,
         (deployed.pods, deployed.gpu_pods),
+        deployed.in_cluster,
     )
 
 
