@@ -20,7 +20,13 @@ How a cluster runs Kueue, and what stands in for each piece here:
   of its own whose `/etc` is a read-only overlay of the machine's with that folder added;
 - its visibility API server (`VisibilityOnDemand`, pending workloads' positions) reads its
   certificate from another fixed path, `/visibility/tls.crt`, at the root, where no overlay of
-  an existing folder reaches: the feature gate is off here until a test needs that API;
+  an existing folder reaches. Off by default; with `visibility=True` Kueue runs chrooted in a
+  root of its own (a tmpfs holding the machine's top-level folders bound in, and
+  `/visibility` with our certificate), the server listens on a loopback port, and the API
+  server aggregates it: an APIService per version naming a Service of type ExternalName
+  `localhost` (no Service network here; the aggregator dials an ExternalName's host as it
+  is), which needs the plane started with `front_proxy_args` (the front proxy's CA and
+  client certificate, by which the aggregated server authenticates the API server);
 - it runs as one process on the admin kubeconfig, without leader election, its health probe
   and metrics servers on free loopback ports.
 
@@ -66,6 +72,7 @@ class Kueue:
     metrics_port: int
     ca_bundle: bytes
     crds: list[str] = field(default_factory=list)
+    visibility_port: int | None = None  # the visibility API server's, when it runs
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -85,7 +92,8 @@ def _openssl(*args: str) -> None:
 
 
 def make_certificates(folder: Path) -> Path:
-    """A CA, and a serving certificate it signs for IP 127.0.0.1 and localhost, in `folder`
+    """A CA, and a serving certificate it signs for IP 127.0.0.1 and localhost (and the
+    visibility Service's name), in `folder`
     as controller-runtime's webhook server reads them (tls.crt, tls.key); returns the CA."""
     folder.mkdir(parents=True, exist_ok=True)
     ca_key, ca = folder / "ca.key", folder / "ca.crt"
@@ -99,7 +107,8 @@ def make_certificates(folder: Path) -> Path:
     _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
     ext = folder / "san.ext"
     ext.write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        # the last name: the visibility Service's, which the API server's aggregator verifies
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:visibility-server.kueue-system.svc\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
     )
     _openssl(
@@ -108,6 +117,42 @@ def make_certificates(folder: Path) -> Path:
     )  # fmt: skip
     key.chmod(0o600)
     return ca
+
+
+def front_proxy_args(folder: Path) -> list[str]:
+    """kube-apiserver's flags for API aggregation: a front-proxy CA and the client
+    certificate it signs, which the API server presents to aggregated servers (they trust
+    the CA through the `extension-apiserver-authentication` ConfigMap)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca = folder / "front-proxy-ca.key", folder / "front-proxy-ca.crt"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(ca_key))
+    _openssl(
+        "req", "-x509", "-new", "-key", str(ca_key), "-out", str(ca), "-days", "2",
+        "-subj", "/CN=kube-gpu-exporter test front-proxy CA",
+    )  # fmt: skip
+    key, csr, crt = (
+        folder / "front-proxy.key",
+        folder / "front-proxy.csr",
+        folder / "front-proxy.crt",
+    )
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
+    _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", "/CN=front-proxy-client")
+    ext = folder / "client.ext"
+    ext.write_text("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n")
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext),
+    )  # fmt: skip
+    key.chmod(0o600)
+    return [
+        f"--requestheader-client-ca-file={ca}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={crt}",
+        f"--proxy-client-key-file={key}",
+    ]
 
 
 def _files() -> Path:
@@ -165,9 +210,14 @@ def webhook_configurations(
 
 
 def _configuration(
-    certs: Path, webhook_port: int, health_port: int, metrics_port: int, frameworks: Sequence[str]
+    certs: Path,
+    webhook_port: int,
+    health_port: int,
+    metrics_port: int,
+    frameworks: Sequence[str],
+    visibility_port: int | None = None,
 ) -> dict[str, Any]:
-    return {
+    config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -178,6 +228,9 @@ def _configuration(
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": list(frameworks)},
     }
+    if visibility_port is not None:
+        config["visibilityServer"] = {"bindAddress": "127.0.0.1", "bindPort": visibility_port}
+    return config
 
 
 def install_v1beta1_only(plane: ControlPlane) -> None:
@@ -213,8 +266,11 @@ def run_kueue(
     *,
     integrations: Sequence[str] = ("batch/job",),
     timeout: float = 180,
+    visibility: bool = False,
 ) -> Iterator[Kueue]:
-    """Kueue's CRDs installed, Kueue running, and its webhooks registered when this yields.
+    """Kueue's CRDs installed, Kueue running, and its webhooks registered when this yields;
+    with `visibility`, its visibility API too, aggregated by the API server (see the
+    module's doc: the plane must have been started with `front_proxy_args`).
 
     The CRDs come first (Kueue's informers list them at start-up), the webhooks last: they
     fail closed, and Kueue must be answering before the API server sends it anything."""
@@ -233,10 +289,15 @@ def run_kueue(
 
     webhook_port, health_port = free_port(), free_port()
     metrics_port = free_port()
+    visibility_port = free_port() if visibility else None
     webhook_url = f"https://127.0.0.1:{webhook_port}"
     config = workdir / "kueue-config.yaml"
     config.write_text(
-        yaml.safe_dump(_configuration(certs, webhook_port, health_port, metrics_port, integrations))
+        yaml.safe_dump(
+            _configuration(
+                certs, webhook_port, health_port, metrics_port, integrations, visibility_port
+            )
+        )
     )
 
     installed = crds(webhook_url, ca_bundle)
@@ -250,15 +311,21 @@ def run_kueue(
     )
     plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
 
-    script = f"mount -t overlay overlay -o lowerdir={etc_top}:/etc /etc && exec " + " ".join(
+    command = " ".join(
         [
             str(binary),
             f"--config={config}",
             f"--kubeconfig={plane.kubeconfig}",
-            "--feature-gates=VisibilityOnDemand=false",
+            f"--feature-gates=VisibilityOnDemand={str(visibility).lower()}",
             "--zap-log-level=2",
         ]
     )
+    script = f"mount -t overlay overlay -o lowerdir={etc_top}:/etc /etc && "
+    if visibility:
+        script += _own_root(workdir / "root", certs) + " && exec chroot " + str(workdir / "root")
+    else:
+        script += "exec"
+    script += " " + command
     with ExitStack() as stack:
         proc, log = _start(
             "kueue",
@@ -274,6 +341,7 @@ def run_kueue(
             metrics_port,
             ca_bundle,
             names,
+            visibility_port,
         )
 
         def ready() -> bool:
@@ -295,4 +363,67 @@ def run_kueue(
                 )
 
         stack.callback(cleanup)  # runs before the process is stopped (last in, first out)
+        if visibility_port is not None:
+            _aggregate(plane, visibility_port, ca_bundle)
         yield kueue
+
+
+def _own_root(root: Path, certs: Path) -> str:
+    """The shell commands that make `root` a root of Kueue's own: a tmpfs with each of the
+    machine's top-level entries in it (folders bound recursively, so /etc's overlay and
+    every mount below come along; links copied), and `/visibility` with our certificate."""
+    return (
+        f"mkdir -p {root} && mount -t tmpfs tmpfs {root} && "
+        "for entry in /*; do name=${entry#/}; "
+        f'if [ -L "$entry" ]; then cp -P "$entry" "{root}/$name"; '
+        f'elif [ -d "$entry" ]; then mkdir "{root}/$name" && '
+        f'mount --rbind "$entry" "{root}/$name"; '
+        f'else touch "{root}/$name" && mount --bind "$entry" "{root}/$name"; fi; done && '
+        f"mkdir {root}/visibility && cp {certs}/tls.crt {certs}/tls.key {root}/visibility/"
+    )
+
+
+def _aggregate(plane: ControlPlane, port: int, ca_bundle: bytes) -> None:
+    """Kueue's visibility API aggregated by the API server (its APIService manifests, at a
+    Service of type ExternalName `localhost` on `port`), once available."""
+    plane.ok(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/services",
+        {
+            "metadata": {"name": "visibility-server"},
+            "spec": {
+                "type": "ExternalName",
+                "externalName": "localhost",
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            },
+        },
+    )
+    versions = ("v1beta1", "v1beta2")
+    for version in versions:
+        plane.ok(
+            "POST",
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            {
+                "metadata": {"name": f"{version}.visibility.kueue.x-k8s.io"},
+                "spec": {
+                    "group": "visibility.kueue.x-k8s.io",
+                    "version": version,
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": 100,
+                    "caBundle": base64.b64encode(ca_bundle).decode(),
+                    "service": {"name": "visibility-server", "namespace": NAMESPACE, "port": port},
+                },
+            },
+        )
+
+    def available() -> bool:
+        for version in versions:
+            path = (
+                f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.visibility.kueue.x-k8s.io"
+            )
+            conditions = plane.ok("GET", path).get("status", {}).get("conditions") or []
+            if not any(c["type"] == "Available" and c["status"] == "True" for c in conditions):
+                return False
+        return True
+
+    wait_until(available, timeout=120, what="Kueue's visibility APIServices Available")

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, run_kueue
+from kueue import Kueue, front_proxy_args, run_kueue
 from kueue_scenarios import (
     FAMILIES,
     GPU,
@@ -476,3 +476,53 @@ def test_without_kueue_a_queued_job_is_its_pod_template(tmp_path: Path) -> None:
         absent = _explain(plane, "workload/w", "-n", s.name)
         assert absent.returncode == 2
         assert "serves no kueue.x-k8s.io API" in absent.stderr
+
+
+def test_a_waiting_job_s_position_from_kueue_s_visibility_api(tmp_path: Path) -> None:
+    """Kueue's visibility API served (aggregated by the API server): explain names the
+    waiting Workload's position in its LocalQueue and ClusterQueue, as Kueue reports it."""
+    with (
+        run_control_plane(
+            tmp_path / "plane",
+            scheduler=True,
+            controllers=("serviceaccount", "job", "garbagecollector"),
+            extra_apiserver_args=front_proxy_args(tmp_path / "front-proxy"),
+        ) as plane,
+        run_kueue(plane, tmp_path / "kueue", visibility=True) as kueue,
+    ):
+        assert kueue.visibility_port is not None
+        s = Scenario(
+            "cli", "seen", [FlavorSpec("a")], [("a", 4, False)],
+            [QueueSpec("cq", {"a": (1, None, None)})], [], JobSpec("cq", 1),
+        )  # fmt: skip
+        _world(plane, s)
+        wait_until(
+            lambda: any(
+                c["type"] == "Active" and c["status"] == "True"
+                for c in plane.ok("GET", f"{V1BETA2}/clusterqueues/seen-cq")
+                .get("status", {})
+                .get("conditions", [])
+            ),
+            what="the ClusterQueue Active",
+        )
+        jobs = f"/apis/batch/v1/namespaces/{s.name}/jobs"
+        plane.ok("POST", jobs, _job(s, "first", JobSpec("cq", 1)))
+        wait_until(lambda: _decided(plane, s.name, "first"), timeout=120, what="first")
+        for name in ("second", "third"):
+            plane.ok("POST", jobs, _job(s, name, JobSpec("cq", 1)))
+            wait_until(lambda n=name: _decided(plane, s.name, n), timeout=120, what=name)
+        third = _workload(plane, s.name, "third")
+        assert third is not None
+        listed = plane.ok(
+            "GET",
+            f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{s.name}/localqueues/lq-cq/"
+            "pendingworkloads",
+        )
+        positions = {
+            w["metadata"]["name"]: (w["positionInLocalQueue"], w["positionInClusterQueue"])
+            for w in listed["items"]
+        }
+        assert positions[third["metadata"]["name"]] == (1, 1), positions
+        said = _explain(plane, "job/third", "-n", s.name)
+        assert said.returncode == 1, said.stdout + said.stderr
+        assert "position: 1 in its LocalQueue, 1 in its ClusterQueue (0 is next)" in said.stdout
