@@ -22,6 +22,16 @@ SLICES_PATH = "/apis/resource.k8s.io/{version}/resourceslices"
 NODES_PATH = "/api/v1/nodes"
 QUOTAS_PATH = "/api/v1/resourcequotas"
 EVENTS_PATH = "/api/v1/events"
+# Kueue's resources (kueue.x-k8s.io), listed and watched across namespaces, as the cluster view
+# does, under the versions a server is made with (none: a cluster without Kueue).
+KUEUE_PATH = "/apis/kueue.x-k8s.io/{version}/{resource}"
+KUEUE_KINDS = {
+    "workloads": "Workload",
+    "localqueues": "LocalQueue",
+    "clusterqueues": "ClusterQueue",
+    "resourceflavors": "ResourceFlavor",
+    "cohorts": "Cohort",
+}
 # /api/v1/namespaces/<ns>/<resource>[/<name>]: a namespace's list or watch, or one object
 NAMESPACED_PATH = re.compile(
     r"/api/v1/namespaces/([^/]+)/(pods|resourcequotas|events)(?:/([^/]+))?"
@@ -32,6 +42,7 @@ KINDS = {
     NODES: "Node",
     QUOTAS: "ResourceQuota",
     EVENTS: "Event",
+    **KUEUE_KINDS,
 }
 # The fields the exporter selects by (`reason`: the cluster view's FailedCreate events)
 SELECTABLE = ("spec.nodeName", "spec.driver", "status.phase", "reason")

@@ -19,7 +19,9 @@ the exporter makes:
 
 The objects, their history and the fault hooks (`put…`, `delete…`, `fail`, `stall`,
 `expire`, `end_watches`) are the Store's (store.py). `slice_versions` names the
-resource.k8s.io versions served (none: a cluster without DRA).
+resource.k8s.io versions served (none: a cluster without DRA), `kueue_versions` the
+kueue.x-k8s.io ones (`GET /apis/kueue.x-k8s.io/<version>/<resource>`, across namespaces;
+none by default: a cluster without Kueue).
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ from kube_gpu_exporter.demo.kube_api.store import Request, Store
 class KubeApiServer(Store):
     """The server, on 127.0.0.1 and a free port, serving its Store from its own threads."""
 
-    def __init__(self, slice_versions: tuple[str, ...] = ("v1",)) -> None:
-        super().__init__(slice_versions)
+    def __init__(
+        self, slice_versions: tuple[str, ...] = ("v1",), kueue_versions: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(slice_versions, kueue_versions)
         server = self
 
         class Handler(_Handler):

@@ -3,7 +3,8 @@ changes that watches replay, the resourceVersion counter, the queued faults and 
 requests, behind one condition that the HTTP handler's threads wait on.
 
 Hooks change objects while watches are open (`put`, `delete`, `put_slice`, `delete_slice`,
-`put_node`, `delete_node`, `put_quota`, `delete_quota`, `put_event`, `delete_event`; with
+`put_node`, `delete_node`, `put_quota`, `delete_quota`, `put_event`, `delete_event`,
+`put_kueue`, `delete_kueue`; with
 `notify=False` the change is only seen by a relist, as if its event had been compacted away),
 answer the next requests of a resource with an error status (`fail`), or hold the next
 requests longer than a client's timeout (`stall`).
@@ -21,6 +22,8 @@ from kube_gpu_exporter.demo.kube_api.objects import (
     EVENTS,
     EVENTS_PATH,
     KINDS,
+    KUEUE_KINDS,
+    KUEUE_PATH,
     NODES,
     NODES_PATH,
     PODS,
@@ -46,13 +49,18 @@ class Request:
 class Store:
     """The server's state; `KubeApiServer` (server.py) serves it over HTTP."""
 
-    def __init__(self, slice_versions: tuple[str, ...] = ("v1",)) -> None:
+    def __init__(
+        self, slice_versions: tuple[str, ...] = ("v1",), kueue_versions: tuple[str, ...] = ()
+    ) -> None:
         self._paths = {
             PODS_PATH: PODS,
             NODES_PATH: NODES,
             QUOTAS_PATH: QUOTAS,
             EVENTS_PATH: EVENTS,
         } | {SLICES_PATH.format(version=v): SLICES for v in slice_versions}
+        self._paths |= {
+            KUEUE_PATH.format(version=v, resource=r): r for v in kueue_versions for r in KUEUE_KINDS
+        }
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._version = 100
@@ -102,6 +110,13 @@ class Store:
     def delete_event(self, namespace: str, name: str, notify: bool = True) -> None:
         """An event's TTL ran out."""
         self._delete(EVENTS, (namespace, name), notify)
+
+    def put_kueue(self, resource: str, obj: dict[str, Any], notify: bool = True) -> int:
+        """Create or replace one of Kueue's objects (`resource`: workloads, clusterqueues…)."""
+        return self._put(resource, obj, notify)
+
+    def delete_kueue(self, resource: str, namespace: str, name: str, notify: bool = True) -> None:
+        self._delete(resource, (namespace, name), notify)
 
     def _put(self, resource: str, obj: dict[str, Any], notify: bool) -> int:
         meta = obj["metadata"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.grafana import queries as qq
+from kube_gpu_exporter.grafana.dashboards.queue_row import queues_row
 from kube_gpu_exporter.grafana.model import Dashboard, Row, Target
 from kube_gpu_exporter.grafana.panels import (
     GREEN,
@@ -268,10 +269,10 @@ def build(cfg: Config) -> Dashboard:
         uid=UID,
         title="GPU / Cluster observatory",
         description="Fleet utilization, idle allocated GPUs and their cost, quota, why GPU "
-        "pods wait, throttling and Xid errors (kube-gpu-exporter).",
+        "pods wait, Kueue's queues, throttling and Xid errors (kube-gpu-exporter).",
         tags=dashboard_tags(cfg),
         variables=(datasource_variable(), cluster_variable(cfg)),
-        rows=(fleet, utilization, waste, capacity, scheduling, health),
+        rows=(fleet, utilization, waste, capacity, scheduling, queues_row(cfg, q), health),
         refresh=cfg.dashboards.refresh,
         links_tag=LINK_TAG,
     )

@@ -22,8 +22,23 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster_objects import CREATED, disrupted, make_gpu_pod, make_node, make_quota, scheduled
+from cluster_objects import (
+    CREATED,
+    H100,
+    PRODUCT,
+    disrupted,
+    make_gpu_pod,
+    make_node,
+    make_quota,
+    scheduled,
+)
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
+from kube_gpu_exporter.demo.kube_api.kueue_objects import (
+    make_cluster_queue,
+    make_local_queue,
+    make_resource_flavor,
+    make_workload,
+)
 from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.rules.config import Config
 from kubelet_server import FakeKubelet, container, devices, pod
@@ -89,7 +104,8 @@ KUBE_STATE_METRICS = "".join(
 def cluster_view(tmp: Path) -> Iterator[tuple[KubeApiServer, Exporter]]:
     """The cluster view over three H100 nodes, two with one free GPU (the third's is the
     preempted pod's), a pod wanting two (fragmented) and a GPU quota."""
-    with KubeApiServer() as api:
+    with KubeApiServer(kueue_versions=("v1beta2",)) as api:
+        queue_a_workload(api)
         for name in ("gpu-a", "gpu-b", "gpu-c"):
             api.put_node(make_node(name))
             api.put(make_gpu_pod(f"holder-{name}", 7, "batch", node=name))
@@ -102,6 +118,19 @@ def cluster_view(tmp: Path) -> Iterator[tuple[KubeApiServer, Exporter]]:
         args = [f"--kubernetes.kubeconfig={kubeconfig}", "--cluster.interval=200ms"]
         with run_exporter(args, tmp / "cluster", command="cluster") as view:
             yield api, view
+
+
+def queue_a_workload(api: KubeApiServer) -> None:
+    """Kueue's side: a flavor on the H100 nodes, a ClusterQueue with 4 of them (8 more to
+    borrow) all used, and a Job of two 2-GPU pods waiting in it for quota."""
+    api.put_kueue("resourceflavors", make_resource_flavor("h100", {PRODUCT: H100}))
+    quota = [("h100", "nvidia.com/gpu", 4, 8)]
+    used = {("h100", "nvidia.com/gpu"): 4}
+    api.put_kueue("clusterqueues", make_cluster_queue("batch-cq", quota, used=used))
+    api.put_kueue("localqueues", make_local_queue("batch", "batch", "batch-cq"))
+    waiting = ("Pending", "insufficient unused quota for nvidia.com/gpu in flavor h100")
+    workload = make_workload("job-sweep", "batch", "batch", pods=2, gpus_each=2, waiting=waiting)
+    api.put_kueue("workloads", workload)
 
 
 def schedule_one(api: KubeApiServer, view: Exporter, name: str, waited: int) -> None:
@@ -216,6 +245,15 @@ EXPECTED: dict[str, Expected] = {
     "kube-gpu-cluster/Pending GPU pods by reason/A": ("reason", {"fragmented": 1}),
     "kube-gpu-cluster/Largest request that could schedule now/A": 1,
     "kube-gpu-cluster/Fragmentation of free GPUs/A": 1 - 1 / 2,
+    "kube-gpu-cluster/Pending GPU workloads by queue and reason/A": ("reason", {"Pending": 1}),
+    "kube-gpu-cluster/GPUs asked by pending workloads/A": ("cluster_queue", {"batch-cq": 4}),
+    "kube-gpu-cluster/GPU quota per queue and flavor/A": ("flavor", {"h100": 4}),
+    "kube-gpu-cluster/GPU quota per queue and flavor/B": ("flavor", {"h100": 8}),
+    "kube-gpu-cluster/GPU quota per queue and flavor/C": ("flavor", {"h100": 4}),
+    "kube-gpu-cluster/Workloads admitted and preempted per hour/A": (
+        "cluster_queue",
+        {"batch-cq": 0},
+    ),
     "kube-gpu-cluster/Hottest GPU per node/A": 71,
     "kube-gpu-cluster/Driver versions/A": (
         "model",
