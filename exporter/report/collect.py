@@ -4,7 +4,8 @@ in one list, so that progress can count them.
 The checks come first because each names what the operator must fix: a Prometheus with no
 exporter data in the period (wrong URL or `--since`), one without the recorded series (the
 recording rules are not loaded), a `--cluster` or `--namespace` that holds nothing. Whether
-the cluster view's scheduling series exist decides whether the pending tables are asked at all.
+the cluster view's scheduling series exist decides whether the pending tables are asked at all,
+and whether Kueue's do, whether the queue section is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from kube_gpu_exporter.exporter.input_errors import InputError
+from kube_gpu_exporter.exporter.report import queues
 from kube_gpu_exporter.exporter.report.prometheus_api import PrometheusApi, Sample, Series
 from kube_gpu_exporter.exporter.report.queries import ReportQueries
 
@@ -30,6 +32,7 @@ class Results:
     instant: dict[str, list[Sample]] = field(default_factory=dict)
     ranged: dict[str, list[Series]] = field(default_factory=dict)
     scheduling: bool = False  # the cluster view's series exist in the period
+    kueue: bool = False  # and Kueue's queues among them (report/queues.py)
     gpus: float = 0.0
 
 
@@ -84,10 +87,14 @@ def check(api: PrometheusApi, rq: ReportQueries) -> Results:
                     f"--namespace {name}: held no GPU in the last {since} "
                     f"(namespaces that did: {', '.join(sorted(seen)) or 'none'})"
                 )
-    return Results(scheduling=bool(api.instant(rq.pending_seen(), at)), gpus=gpus[0].value)
+    return Results(
+        scheduling=bool(api.instant(rq.pending_seen(), at)),
+        kueue=bool(api.instant(queues.seen(rq), at)),
+        gpus=gpus[0].value,
+    )
 
 
-def asks(rq: ReportQueries, scheduling: bool) -> tuple[Ask, ...]:
+def asks(rq: ReportQueries, scheduling: bool, kueue: bool = False) -> tuple[Ask, ...]:
     """Every query the tables and charts read, by key."""
     found = [
         Ask("utilization", rq.utilization(), chart=True),
@@ -113,6 +120,8 @@ def asks(rq: ReportQueries, scheduling: bool) -> tuple[Ask, ...]:
             Ask("pending_mean", rq.pending_mean()),
             Ask("pending_longest", rq.pending_longest()),
         ]
+    if kueue:
+        found += [Ask(key, expr) for key, expr in queues.asks(rq)]
     return tuple(found)
 
 
@@ -121,7 +130,7 @@ def fetch(
 ) -> Results:
     """Ask every query of the report, with progress on a terminal."""
     period = rq.period
-    planned = asks(rq, results.scheduling)
+    planned = asks(rq, results.scheduling, results.kueue)
     progress = Progress(len(planned), stream)
     try:
         for ask in planned:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kube_gpu_exporter.exporter.catalog.xid import XID_NAMES
+from kube_gpu_exporter.exporter.report import queues
 from kube_gpu_exporter.exporter.report.collect import Results
 from kube_gpu_exporter.exporter.report.model import Chart, Column, Line, Table
 from kube_gpu_exporter.exporter.report.prometheus_api import Sample
@@ -279,4 +280,4 @@ def charts(rq: ReportQueries, r: Results) -> tuple[Chart, ...]:
 
 def all_tables(rq: ReportQueries, r: Results) -> tuple[Table, ...]:
     builders = (summary, namespaces, idle_workloads, fractional_holds, slowdowns, xids, pending)
-    return tuple(build(rq, r) for build in builders)
+    return (*(build(rq, r) for build in builders), *queues.tables(r.instant, r.kueue))

@@ -156,6 +156,22 @@ def test_pending_demand_from_the_cluster_view(outputs: dict[str, Any]) -> None:
     assert waiting["longest_wait_hours"] == pytest.approx(2.0, abs=0.05)
 
 
+def test_kueue_queues_waits_and_quota(outputs: dict[str, Any]) -> None:
+    """2 GPUs waited in ml-cq for hours 2-4 (the lookback adds up to 2 minutes after the
+    data ends); lab-cq had quota and nothing waiting, its use never counted."""
+    ml, lab = rows(outputs, "queues")
+    assert (ml["cluster_queue"], lab["cluster_queue"]) == ("ml-cq", "lab-cq")
+    assert ml["waited_gpu_hours"] == pytest.approx(4.0, abs=0.15)
+    assert ml["peak_gpus_waiting"] == 2
+    assert ml["longest_wait_hours"] == pytest.approx(2.0, abs=0.05)
+    assert (lab["waited_gpu_hours"], lab["longest_wait_hours"]) == (0.0, None)
+    quota = {(r["cluster_queue"], r["flavor"]): r for r in rows(outputs, "queue_quota")}
+    h100, a100 = quota["ml-cq", "h100"], quota["lab-cq", "a100"]
+    assert (h100["nominal"], h100["borrowing_limit"], h100["used_peak"]) == (8, 4, 12)
+    assert h100["used_mean"] == pytest.approx((2 * 12 + 4 * 4) / 6, abs=0.05)
+    assert (a100["nominal"], a100["borrowing_limit"], a100["used_mean"]) == (2, None, None)
+
+
 class _Tables(HTMLParser):
     """Every `<table data-table=…>`'s cells and the summary cards' values, as the page shows."""
 
@@ -225,7 +241,8 @@ def test_chromium_renders_every_section_and_chart(outputs: dict[str, Any]) -> No
     dom = subprocess.run(
         [*headless, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
     ).stdout
-    for section in ("namespaces", "idle_workloads", "fractional_holds", "slowdowns", "xids"):
+    sections = ("namespaces", "idle_workloads", "fractional_holds", "slowdowns", "xids")
+    for section in (*sections, "queues", "queue_quota"):
         assert f'id="table-{section}"' in dom, section
     for chart in ("utilization", "allocation", "slowdowns", "pending"):
         start = dom.index(f'id="chart-{chart}"')

@@ -9,7 +9,8 @@ node-a (three H100s):
 node-b (an A100 in MIG mode, Ampere: no per-slice utilization, hostPID so processes count):
   3g.20gb (3/7 of the GPU) research/inference-0 with a process: busy
   2g.10gb (2/7)            research/dev-0 with none: idle
-The cluster view has two ml pods waiting for GPUs from hour 1 to hour 3.
+The cluster view has two ml pods waiting for GPUs from hour 1 to hour 3, and Kueue's queue
+ml-cq a Job of 2 GPUs waiting from hour 2 to hour 4 while the queue uses 12 of its 8 + 4.
 
 `EXPECTED` holds what the report must say of it, in GPU-hours over the six hours.
 """
@@ -146,7 +147,44 @@ def fleet(start: float) -> list[Series]:
             age,
         )
     )
+    out += _queues(start, times)
     return out
+
+
+def _queues(start: float, times: list[float]) -> list[Series]:
+    """Kueue's side, as the cluster view serves it: ml-cq (8 H100s, 4 more to borrow) uses 4,
+    12 from hour 2 to hour 4 while a Job of 2 GPUs waits in it (absent the rest of the time,
+    as the view drops a series when nothing waits); lab-cq (2 A100s, no borrowing limit) has
+    its use never counted and nothing waiting."""
+    view = {**CLUSTER_VIEW, "instance": "cluster:19401"}
+    gpu = {"resource": "nvidia.com/gpu"}
+    ml = {**view, **gpu, "cluster_queue": "ml-cq", "flavor": "h100"}
+    lab = {**view, **gpu, "cluster_queue": "lab-cq", "flavor": "a100"}
+
+    def busy(s: float) -> bool:
+        return 2 * 3600 <= s < 4 * 3600
+
+    def points(value: Callable[[float], float]) -> list[Point]:
+        return [(t, value(t - start)) for t in times]
+
+    waiting = {**view, "cluster_queue": "ml-cq", "namespace": "ml", "local_queue": "ml-batch"}
+    waiting["reason"] = "Pending"
+    return [
+        ("kube_gpu_queue_nominal_quota", ml, points(lambda s: 8)),
+        ("kube_gpu_queue_borrowing_limit", ml, points(lambda s: 4)),
+        ("kube_gpu_queue_used_quota", ml, points(lambda s: 12 if busy(s) else 4)),
+        ("kube_gpu_queue_nominal_quota", lab, points(lambda s: 2)),
+        (
+            "kube_gpu_pending_workload_gpus",
+            waiting,
+            [p for p in points(lambda s: 2) if busy(p[0] - start)],
+        ),
+        (
+            "kube_gpu_pending_workload_seconds",
+            waiting,
+            [p for p in points(lambda s: s - 2 * 3600) if busy(p[0] - start)],
+        ),
+    ]
 
 
 # GPU-hours over the six hours, by namespace: (allocated, idle).
