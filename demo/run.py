@@ -66,7 +66,9 @@ The story (the node is simulated; alerts use the generated rules with shorter du
          → GPUXidErrors, GPURecoveryActionRequired (nvidia_gpu_action_required: reset_gpu)
 Around the node, the cluster view shows GPU pods that wait: ml/llm-sft-0 (2 GPUs, one free
 on each of four nodes: fragmented), ml/pretrain-70b-0 (8 GPUs: the only empty node is
-tainted), and the research namespace's Job whose GPU quota is used up.
+tainted), and the research namespace's Job whose GPU quota is used up. In Kueue's queue
+ml-cq, whose 8 GPUs are in use, the Job ml/llm-eval (8 GPUs) has waited 70 minutes to be
+admitted: suspended, no pod                              → KubeGpuWorkloadPendingTooLong
 At 4:30 the demo writes the weekly report (kube-gpu-exporter report) of the story so far.
 Expect the first alerts within about 75 seconds. Ctrl-C stops everything."""
 

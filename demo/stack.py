@@ -34,6 +34,7 @@ from kube_gpu_exporter.demo.cluster_story import (
     write_procfs,
 )
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
+from kube_gpu_exporter.demo.queue_story import KUEUE_VERSIONS, populate_queues
 from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
 from kube_gpu_exporter.demo.monitoring import Monitoring
 from kube_gpu_exporter.demo.monitoring import find as find_monitoring
@@ -181,8 +182,9 @@ class Stack:
         """The API server with the story's cluster, the alerts page and the cluster view;
         returns the exporter's flags to watch the story node's pods."""
         spec = self.spec
-        self.api = KubeApiServer().__enter__()
+        self.api = KubeApiServer(kueue_versions=KUEUE_VERSIONS).__enter__()
         populate(self.api, scenario)
+        populate_queues(self.api)
         self.api.write_kubeconfig(self.kubeconfig)
         procfs = write_procfs(spec.workdir / "proc", scenario)
         self._page = AlertsPage(spec.host, spec.ports.alerts, self.url("alertmanager"))

@@ -152,6 +152,10 @@ def test_the_cluster_view_says_why_gpu_pods_wait(demo: Demo) -> None:
     wait_until(lambda: len(query(pending)) == 2, WAIT, "the cluster view in Prometheus")
     assert query(pending) == {"fragmented": 1.0, "taint_not_tolerated": 1.0}
     assert query("kube_gpu_quota_used == kube_gpu_quota_hard") == {"": 4.0}
+    # ml/llm-eval waits in Kueue's queue: suspended, no pod, only its Workload says so
+    queued = 'kube_gpu_pending_workload_gpus{job="kube-gpu-exporter-cluster"}'
+    wait_until(lambda: query(queued), WAIT, "the queued Job in Prometheus")
+    assert query(queued) == {"Pending": 8.0}
 
 
 def test_the_story_ends_with_the_weekly_report(demo: Demo) -> None:
@@ -168,6 +172,7 @@ def test_the_story_ends_with_the_weekly_report(demo: Demo) -> None:
     assert "GPU efficiency report" in page
     assert page.count("<svg") >= 3  # utilization, allocated and idle, pending pods
     assert "notebook-alice" in page  # the idle notebook among the worst idle workloads
+    assert 'id="table-queues"' in page and "ml-cq" in page  # the queued Job's queue
 
 
 def test_a_second_demo_names_the_port_in_use_and_starts_nothing(demo: Demo) -> None:
