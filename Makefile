@@ -138,6 +138,7 @@ bench: $(STAMP)
 	  apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(PY) bench/run.py
 	$(PY) bench/peers.py --readme
+	$(PY) bench/peers.py --node h100 --readme
 	$(PY) bench/rss_profile.py --readme
 	$(PY) bench/pod_watch.py --readme
 	$(PY) bench/profiling.py --readme
