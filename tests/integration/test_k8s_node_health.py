@@ -3,10 +3,12 @@ libnvidia-ml, with a ServiceAccount token bound to the chart's opt-in ClusterRol
 ValidatingAdmissionPolicy (the chart rendered with `nodeHealth.*` on, applied server-side):
 
 - a GPU whose recovery action asks for a reset turns GPUHealthy False, reason ResetGPU, its
-  uuid and the reading in the message, and taints the Node; the GPU's recovery turns the
-  condition True and removes the taint; nothing else of the Node changes (the whole object is
-  compared, less the condition, the taint, resourceVersion and managedFields), and an
-  unchanged condition is not written again;
+  uuid and the reading in the message, and taints the Node; the GPU lost (NVML cannot say) turns
+  the condition Unknown and keeps the taint; the GPU's recovery turns the condition True and
+  removes the taint; nothing else of the Node changes (the whole object is compared, less the
+  condition, the taint, resourceVersion and managedFields), and an unchanged condition is not
+  written again; a restart keeps lastTransitionTime, and the heartbeat moves only
+  lastHeartbeatTime;
 - the pod-bound token names its Node in userInfo.extra, and the policy refuses the same
   credential a write to another Node or to its own Node's labels;
 - without the role, the denied write is counted (node_health_forbidden), logged once, and the
@@ -50,12 +52,15 @@ NODE_HEALTH_KINDS = {
 }
 
 
-def scenario(sick_action: int) -> Any:
+def scenario(sick_action: int | None) -> Any:
+    """SICK's recovery action (None: SICK lost, NVML cannot say anything of it), FINE's none."""
+    lost = "[{at: 0, lost: true}]" if sick_action is None else "[]"
     return Scenario.parse(
         f"""
 devices:
   - uuid: {SICK}
-    readings: {{recovery_action: {sick_action}}}
+    readings: {{recovery_action: {1 if sick_action is None else sick_action}}}
+    timeline: {lost}
   - uuid: {FINE}
     readings: {{recovery_action: 0}}
 """
@@ -213,6 +218,14 @@ def test_condition_and_taint_follow_the_gpus_and_touch_nothing_else(
             == (sick["metadata"]["resourceVersion"])
         )
 
+        # the GPU lost: NVML cannot say what it needs; Unknown, and the taint stays
+        write_state(state, scenario(None))
+        unknown = wait_until(lambda: node_when("Unknown"), what="GPUHealthy Unknown")
+        condition = _condition(unknown)
+        assert condition is not None and condition["reason"] == "ActionUnknown"
+        assert SICK in condition["message"]
+        assert _taints(unknown) == [("dedicated", "gpu"), (TAINT, "ResetGPU")]
+
         write_state(state, scenario(0))  # the GPU was reset
         healthy = wait_until(lambda: node_when("True"), what="GPUHealthy True")
         condition = _condition(healthy)
@@ -229,6 +242,20 @@ def test_condition_and_taint_follow_the_gpus_and_touch_nothing_else(
         )
         log = exporter.log()
     assert "cannot write" not in log, log
+
+    # A restart keeps lastTransitionTime; the heartbeat alone moves lastHeartbeatTime.
+    settled = _condition(plane.ok("GET", f"/api/v1/nodes/{NODE}"))
+    assert settled is not None and settled["status"] == "True"
+    with run_exporter([*args, "--health.heartbeat-interval=1s"], tmp_path, env=nvml_env):
+
+        def beat_after(previous: str) -> dict[str, Any] | None:
+            now = _condition(plane.ok("GET", f"/api/v1/nodes/{NODE}"))
+            return now if now and now["lastHeartbeatTime"] > previous else None
+
+        first = wait_until(lambda: beat_after(settled["lastHeartbeatTime"]), what="a heartbeat")
+        second = wait_until(lambda: beat_after(first["lastHeartbeatTime"]), what="another")
+    assert {c["lastTransitionTime"] for c in (first, second)} == {settled["lastTransitionTime"]}
+    assert {(c["status"], c["reason"]) for c in (first, second)} == {("True", "NoActionNeeded")}
 
     # The admission policy: the same credential, on another Node or another field, is refused.
     refused = {
