@@ -233,11 +233,14 @@ def _configuration(
     return config
 
 
-def install_v1beta1_only(plane: ControlPlane) -> None:
-    """Kueue's Workload and LocalQueue CRDs as a server with an older Kueue (before v1beta2)
-    serves them: v1beta1 only, stored as such, no conversion (and no Kueue running)."""
+def install_v1beta1_only(
+    plane: ControlPlane, plurals: Sequence[str] = ("workloads", "localqueues")
+) -> None:
+    """Kueue's CRDs of `plurals` (Workloads and LocalQueues unless told) as a server with an
+    older Kueue (before v1beta2) serves them: v1beta1 only, stored as such, no conversion
+    (and no Kueue running)."""
     for crd in crds("https://127.0.0.1:1", b""):
-        if crd["spec"]["names"]["plural"] not in ("workloads", "localqueues"):
+        if crd["spec"]["names"]["plural"] not in plurals:
             continue
         crd["spec"].pop("conversion", None)
         crd["spec"]["versions"] = [

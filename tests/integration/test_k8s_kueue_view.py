@@ -16,7 +16,10 @@ without quota; Kueue's `batch/job` and `pod` integrations. Then, with the export
   `taint_not_tolerated`, and the flavor counts 0 nodes;
 - a Job asking 8 GPUs in one pod waits for quota, but no node has 8: `insufficient_gpus`;
 - a plain pod gated by Kueue for want of quota counts under `Pending` in
-  `kube_gpu_pending_pods`, not `gated`."""
+  `kube_gpu_pending_pods`, not `gated`.
+
+And on a server whose Kueue CRDs serve only v1beta1, the flavors, cohorts and queues (the
+cohort in `spec.cohort`) are read on v1beta1."""
 
 from __future__ import annotations
 
@@ -27,9 +30,19 @@ from typing import Any
 
 import pytest
 from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, run_kueue
+from kueue import Kueue, install_v1beta1_only, run_kueue
 
 from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100, make_node
+from kube_gpu_exporter.exporter.cluster.kueue import served_version
+from kube_gpu_exporter.exporter.cluster.kueue_objects import (
+    Flavor,
+    parse_cohort,
+    parse_flavor,
+    parse_queue,
+)
+from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
+from kube_gpu_exporter.exporter.kubernetes.client import api_client
+from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
 from support import run_exporter, samples, values, wait_until
 
 pytestmark = pytest.mark.k8s
@@ -321,3 +334,62 @@ def test_cluster_view_on_kueue_flavors_cohorts_admissions_preemptions_and_reason
             parsed, "kube_gpu_pending_workloads", cluster_queue="cq-zero", reason="Pending"
         ) == [1.0]
         assert kueue.version == "v0.17.0"
+
+
+def test_flavors_cohorts_and_queues_on_a_server_with_only_v1beta1(tmp_path: Path) -> None:
+    """Kueue before v1beta2: ResourceFlavors, Cohorts and ClusterQueues served as v1beta1
+    only, a ClusterQueue's cohort in `spec.cohort`; the watches fall back and read them."""
+    with run_control_plane(tmp_path / "plane") as plane:
+        install_v1beta1_only(plane, ("resourceflavors", "cohorts", "clusterqueues"))
+        old = "/apis/kueue.x-k8s.io/v1beta1"
+        where = {"nodeLabels": {PRODUCT: H100}, "tolerations": [GPU_TOLERATION]}
+        plane.ok("POST", f"{old}/resourceflavors", _v1beta1("ResourceFlavor", "h100", where))
+        plane.ok("POST", f"{old}/cohorts", _v1beta1("Cohort", "research", {"parentName": "all"}))
+        group = {"name": "h100", "resources": [{"name": GPU, "nominalQuota": 8}]}
+        spec = {
+            "cohort": "research",
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": [GPU], "flavors": [group]}],
+        }
+        plane.ok("POST", f"{old}/clusterqueues", _v1beta1("ClusterQueue", "cq", spec))
+
+        settings = ClusterSettings()
+        parsers: dict[str, Any] = {
+            "resourceflavors": parse_flavor,
+            "cohorts": parse_cohort,
+            "clusterqueues": lambda obj: parse_queue(obj, settings),
+        }
+        client = api_client(str(plane.kubeconfig))
+        held: dict[str, dict[str, Any]] = {}
+        requests = {r: served_version(client.lister, r) for r in parsers}
+        watches = [
+            ListWatch(r, requests[r], parsers[r], lambda objs, r=r: held.__setitem__(r, dict(objs)))
+            for r in parsers
+        ]
+        for watch in watches:
+            watch.start()
+        try:
+            wait_until(
+                lambda: all(held.get(r) for r in parsers) and all(w.up for w in watches),
+                what="the three listed",
+            )
+        finally:
+            for watch in watches:
+                watch.stop()
+            client.close()
+        assert {r.version for r in requests.values()} == {"v1beta1"}
+        [flavor] = held["resourceflavors"].values()
+        assert isinstance(flavor, Flavor) and flavor.node_labels == {PRODUCT: H100}
+        assert held["cohorts"] == {"research": "all"}
+        queue = held["clusterqueues"]["cq"]
+        assert queue.cohort == "research"
+        assert [(q.flavor, q.resource, q.nominal) for q in queue.quotas] == [("h100", GPU, 8)]
+
+
+def _v1beta1(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
