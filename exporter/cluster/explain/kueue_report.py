@@ -64,7 +64,9 @@ def render_kueue(
         if fit.refusal:
             lines.append(f"  nodes   {style(FAIL, FAIL)}  refused by admission: {fit.refusal}")
             continue
-        if fit.pod is None or fit.result is None:
+        if fit.pod is None or fit.result is None:  # an admitted Job whose pods are all bound
+            mark = OK if fit.fits else FAIL
+            lines.append(f"  pods    {style(mark, mark)}    {fit.placeable} of {fit.count} bound")
             continue
         body = render(view, fit.pod, fit.result, admitted=True, colour=colour)
         lines += ["  " + line if line else "" for line in body.splitlines()[2:-3]]
@@ -153,7 +155,9 @@ def _verdict(verdict: KueueVerdict, style: Style, predicted: bool) -> str:
             return style(head, "bold") + f"\n  the queue may preempt ({stated[0]}): not judged"
         return style(head, "bold") + limits
     reasons = [
-        f.refusal or (str(f.result.reason) if f.result and f.result.reason else "too few nodes")
+        f.refusal
+        or (str(f.result.reason) if f.result and f.result.reason else "")
+        or f"only {f.placeable} of its {f.count} pods fit the nodes at once"
         for f in verdict.fits
         if not f.fits
     ]
