@@ -34,11 +34,11 @@ from kube_gpu_exporter.demo.cluster_story import (
     write_procfs,
 )
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
-from kube_gpu_exporter.demo.queue_story import KUEUE_VERSIONS, populate_queues
 from kube_gpu_exporter.demo.kubelet_listing import allocatable, pod_resources
 from kube_gpu_exporter.demo.monitoring import Monitoring
 from kube_gpu_exporter.demo.monitoring import find as find_monitoring
 from kube_gpu_exporter.demo.pod_resources_server import PodResourcesServer
+from kube_gpu_exporter.demo.queue_story import KUEUE_VERSIONS, populate_queues
 from kube_gpu_exporter.exporter.generate.outputs import RULES_FILE, render_outputs
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from kube_gpu_exporter.rules.config import Config
