@@ -136,8 +136,10 @@ def _pending_runbook(a: WorkloadPendingTooLongAlert, q: Query) -> Runbook:
                     q.view(k.QUEUE_USED, cq),
                 ),
                 "The workloads, Kueue's message for each (which flavor lacks how much), the "
-                "queue's order (the visibility API, where Kueue serves it) and one Job's "
-                "verdict — its quota per flavor and whether its pods would fit a node:",
+                "queue's order (the visibility API, where Kueue serves it: its "
+                "VisibilityOnDemand feature; `v1beta2` in place of `v1beta1` on the newest "
+                "Kueue) and one Job's verdict — its quota per flavor and whether its pods "
+                "would fit a node:",
                 queue_hints(),
             )
         ),
