@@ -102,6 +102,29 @@ class ApiReader:
             quotas=tuple(q for q in (parse_quota(o, self._settings) for o in quotas) if q),
         )
 
+    @property
+    def settings(self) -> ClusterSettings:
+        return self._settings
+
+    def get(self, what: str, path: str) -> Mapping[str, Any]:
+        """The object at `path` (any API group: kueue_api.py reads Kueue's and Jobs)."""
+        return self._get(what, self._client.lister(path))
+
+    def items(self, what: str, path: str, **fixed: Any) -> Iterator[Mapping[str, Any]]:
+        """Every item of the list at `path`, paged as the cluster's lists are."""
+        return self._list(what, self._client.lister(path, **fixed))
+
+    def optional(self, what: str, path: str, absent: frozenset[int]) -> Mapping[str, Any] | None:
+        """The object at `path`, None where the server answers one of the `absent` statuses
+        (an API not served: 404, or 503 for an aggregated one whose server is down)."""
+        try:
+            body = json.loads(read_body(self._client.lister(path), {"_request_timeout": TIMEOUT}))
+        except Exception as exc:
+            if status_code(exc) in absent:
+                return None
+            raise InputError(self._problem(what, exc)) from None
+        return body if isinstance(body, Mapping) else None
+
     def dry_run_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """The pod as the API server would admit it (`dryRun=All`: every admission plugin and
         validation runs, nothing is stored). An answer other than 2xx raises the client's

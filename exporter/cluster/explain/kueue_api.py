@@ -11,21 +11,18 @@ position is unknown. Every other failure is one InputError line, as api.py's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
 
-from kube_gpu_exporter.exporter.cluster.explain.api import TIMEOUT, ApiReader
+from kube_gpu_exporter.exporter.cluster.explain.api import ApiReader
 from kube_gpu_exporter.exporter.cluster.explain.kueue_objects import (
     parse_cluster_queue,
     parse_flavor,
 )
 from kube_gpu_exporter.exporter.cluster.explain.kueue_quota import ClusterQueue, Flavor
 from kube_gpu_exporter.exporter.input_errors import InputError
-from kube_gpu_exporter.exporter.kubernetes.api_errors import status_code
-from kube_gpu_exporter.exporter.kubernetes.paged_list import read_body
 
 GROUP: Final = "/apis/kueue.x-k8s.io"
 VERSIONS: Final = ("v1beta2", "v1beta1")
@@ -86,13 +83,13 @@ class KueueReader:
 
     def job(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/apis/batch/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}"
-        return self._reader._get(f"job {namespace}/{name}", self._reader._client.lister(path))
+        return self._reader.get(f"job {namespace}/{name}", path)
 
     def workload(self, namespace: str, name: str) -> Mapping[str, Any]:
         if not self.version and not self.served():
             raise InputError("workloads are Kueue's: the cluster serves no kueue.x-k8s.io API")
         path = f"{GROUP}/{self.version}/namespaces/{_q(namespace)}/workloads/{_q(name)}"
-        return self._reader._get(f"workload {namespace}/{name}", self._reader._client.lister(path))
+        return self._reader.get(f"workload {namespace}/{name}", path)
 
     def position(self, namespace: str, local_queue: str, workload: str) -> Position | None:
         """The Workload's position from the visibility API; None where it is not served (or
@@ -112,19 +109,11 @@ class KueueReader:
         return None
 
     def _list(self, path: str, what: str) -> list[Mapping[str, Any]]:
-        return list(self._reader._list(what, self._reader._client.lister(path)))
+        return list(self._reader.items(what, path))
 
     def _optional(self, path: str, what: str) -> Mapping[str, Any] | None:
         """The object at `path`, None where the server answers 404 (or 503)."""
-        try:
-            body = json.loads(
-                read_body(self._reader._client.lister(path), {"_request_timeout": TIMEOUT})
-            )
-        except Exception as exc:
-            if status_code(exc) in NOT_SERVED:
-                return None
-            raise InputError(self._reader._problem(what, exc)) from None
-        return body if isinstance(body, Mapping) else None
+        return self._reader.optional(what, path, NOT_SERVED)
 
 
 def _q(text: str) -> str:

@@ -126,7 +126,7 @@ def run(
     skip = f"{state.namespace}/{state.name}" if state is not None else ""
     verdict = judge(read, local_queue, pod_sets, skip)
     cluster = reader.cluster(namespace)
-    view = ClusterView.build(cluster.nodes, cluster.pods, cluster.quotas, reader._settings)
+    view = ClusterView.build(cluster.nodes, cluster.pods, cluster.quotas, reader.settings)
     position = None
     if state is not None and state.has("QuotaReserved"):
         fits = _running(reader, view, namespace, workload, pod_sets) or node_fits(
@@ -188,8 +188,8 @@ def _running(
     if not job:
         return ()
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
-    request = reader._client.lister(path, label_selector=f"{JOB_NAME_LABEL}={job}")
-    listed = map(parse_pod, reader._list("the Job's pods", request))
+    selector = f"{JOB_NAME_LABEL}={job}"
+    listed = map(parse_pod, reader.items("the Job's pods", path, label_selector=selector))
     pods = [p for p in listed if p is not None and not p.terminated]
     if not pods:
         return ()
@@ -221,7 +221,7 @@ def _plain(reader: ApiReader, job: Mapping[str, Any], namespace: str, colour: bo
     if admission.pod is not None:
         pod = parse_pod(admission.pod) or pod
     cluster = reader.cluster(namespace)
-    view = ClusterView.build(cluster.nodes, cluster.pods, cluster.quotas, reader._settings)
+    view = ClusterView.build(cluster.nodes, cluster.pods, cluster.quotas, reader.settings)
     result = classify(view, pod, admitted=admission.pod is not None)
     sys.stdout.write(render(view, pod, result, admitted=False, colour=colour))
     return EXIT_SCHEDULES if result.schedulable else EXIT_WAITS
