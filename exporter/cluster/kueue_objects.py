@@ -4,8 +4,12 @@ view holds them: pure parsers, each from one object's JSON, for the watches and 
 A ResourceFlavor says where its Workloads' pods go: Kueue adds its `nodeLabels` to their
 node selector and its `tolerations` to theirs when it admits them. So the nodes a flavor
 can use are the nodes with those labels whose scheduling taints those tolerations cover
-(`flavor_nodes`); a flavor's `nodeTaints` are what Kueue assumes of its nodes, not what the
-scheduler reads, and are not used. Both API versions spell these fields alike.
+(`flavor_nodes`), and a taint named after the GPU resource counted: GPU nodes commonly carry
+one (GKE's `nvidia.com/gpu`), and the pods asking for that resource tolerate it, written in
+their template or added by the ExtendedResourceToleration admission plugin. A pod's other
+tolerations are its own, not the flavor's, so a node tainted otherwise is not counted. A
+flavor's `nodeTaints` are what Kueue assumes of its nodes, not what the scheduler reads, and
+are not used. Both API versions spell these fields alike.
 
 A ClusterQueue's cohort is `spec.cohortName` in v1beta2 and `spec.cohort` in v1beta1; a
 Cohort object (optional: a cohort exists as soon as a queue names it) may name a parent.
@@ -33,13 +37,14 @@ class Flavor:
     node_labels: Mapping[str, str] = field(default_factory=lambda: NO_LABELS, hash=False)
     tolerations: tuple[Toleration, ...] = ()
 
-    def admits(self, node: Node) -> bool:
+    def admits(self, node: Node, also: tuple[Toleration, ...] = ()) -> bool:
         """A pod of this flavor may be bound to `node`: the node has every label and no
-        scheduling taint (NoSchedule, NoExecute, the cordon's) the tolerations leave."""
+        scheduling taint (NoSchedule, NoExecute, the cordon's) the tolerations (and `also`)
+        leave."""
         labels = node.labels
         if any(labels.get(key) != value for key, value in self.node_labels.items()):
             return False
-        return not untolerated(node, self.tolerations, running=False)
+        return not untolerated(node, self.tolerations + also, running=False)
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,11 @@ def flavor_nodes(
         wanted = tuple(resources.get(flavor.name, ()))
         if not wanted:
             continue
-        usable = [node for node in nodes if flavor.admits(node)]
         for resource in wanted:
+            asking = (Toleration(key=resource, operator="Exists"),)  # the resource's own taint
             counts[(flavor.name, resource)] = sum(
-                1 for node in usable if node.allocatable.get(resource, 0) > 0
+                1
+                for node in nodes
+                if node.allocatable.get(resource, 0) > 0 and flavor.admits(node, asking)
             )
     return counts

@@ -20,6 +20,7 @@ from kube_gpu_exporter.exporter.cluster.kueue_objects import (
 )
 from kube_gpu_exporter.exporter.cluster.kueue_view import KueueJudge, KueueObjects
 from kube_gpu_exporter.exporter.cluster.kueue_workloads import Workload, parse_kueue_workload
+from kube_gpu_exporter.exporter.cluster.objects import Toleration
 from kube_gpu_exporter.exporter.cluster.parse import parse_node, parse_pod
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
 from kube_gpu_exporter.exporter.cluster.view import ClusterView
@@ -125,22 +126,28 @@ def test_flavors_cohorts_and_queues_are_parsed_on_either_version() -> None:
 
 
 def test_flavor_nodes_need_its_labels_and_tolerations_and_keep_a_known_zero() -> None:
+    """The GPU resource's own taint is tolerated by the pods that ask for it (their template
+    or the ExtendedResourceToleration admission plugin); any other taint only by the
+    flavor's tolerations."""
+    dedicated = {"key": "dedicated", "value": "h100", "effect": "NoSchedule"}
     nodes = [
         parse_node(make_node("h1", 8)),  # H100, GPU taint
         parse_node(make_node("h2", 8, taints=())),
         parse_node(make_node("h3", 8, unschedulable=True, taints=())),  # cordoned
         parse_node(make_node("h4", 0, taints=())),  # advertises 0
+        parse_node(make_node("h5", 8, taints=(GPU_TAINT, dedicated))),
         parse_node(make_node("a1", 8, product="NVIDIA-A100-SXM4-80GB", taints=())),
     ]
+    tolerant = (Toleration("dedicated", "Equal", "h100", "NoSchedule"),)
     flavors = [
-        Flavor("tolerant", H100_LABELS, parse_pod(make_gpu_pod("p")).tolerations),  # type: ignore[union-attr]
+        Flavor("tolerant", H100_LABELS, tolerant),
         Flavor("plain", H100_LABELS),
         Flavor("b200", {"nvidia.com/gpu.product": "B200"}),
     ]
     wanted = {"tolerant": [GPU], "plain": [GPU, "nvidia.com/mig-1g.10gb"], "b200": [GPU]}
     assert flavor_nodes(flavors, [n for n in nodes if n], wanted) == {
-        ("tolerant", GPU): 2,
-        ("plain", GPU): 1,
+        ("tolerant", GPU): 3,  # h1, h2, h5
+        ("plain", GPU): 2,  # h1 (its GPU taint), h2; not h5 (dedicated)
         ("plain", "nvidia.com/mig-1g.10gb"): 0,
         ("b200", GPU): 0,
     }
