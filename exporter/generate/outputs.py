@@ -13,6 +13,7 @@ from kube_gpu_exporter.exporter.generate.manifests import (
     kustomization,
     manifest_files,
 )
+from kube_gpu_exporter.exporter.generate.node_health_manifests import node_health_files
 from kube_gpu_exporter.grafana.dashboards import build_all
 from kube_gpu_exporter.grafana.render import configmap, dashboard_json
 from kube_gpu_exporter.rules.alerts import alert_groups
@@ -55,6 +56,8 @@ def render_outputs(cfg: Config) -> dict[str, str]:
 
 def planned_files(cfg: Config, out_dir: Path, runbooks: Path) -> dict[Path, str]:
     files = {out_dir / name: text for name, text in render_outputs(cfg).items()}
+    # An opt-in kustomize Component beside them, which deploy/'s kustomization does not list
+    files |= {out_dir / name: text for name, text in node_health_files(cfg).items()}
     files[runbooks] = runbooks_markdown(cfg)
     return files
 
