@@ -25,7 +25,7 @@ from real_node import RealNode
 
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2, api_pb2_grpc
 from kube_gpu_exporter.exporter.simulated.scenario import NodeState
-from support import Samples
+from support import Samples, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kube-gpu-exporter"
@@ -137,6 +137,16 @@ class Bench:
         if parsed and exported(parsed) == listed(answer):
             return parsed, answer
         return None
+
+    def wait_agreed(self) -> tuple[Samples, Any]:
+        """`agreed`, waited for; both views printed when it does not come."""
+        try:
+            return wait_until(self.agreed, timeout=120, what="the exporter's mapping = the List")
+        except BaseException:
+            print("kubelet:", listed(self.listed()))
+            print("exporter:", exported(self.metrics() or {}))
+            print(self.exporter_log())
+            raise
 
     def pods(self, namespace: str, app: str) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}"

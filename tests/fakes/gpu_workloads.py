@@ -112,6 +112,17 @@ def replica_ids(response: Any) -> list[str]:
     ]
 
 
+def id_resources(response: Any) -> list[str]:
+    """The resource of each id the kubelet's List allocates (a replica counts once)."""
+    return [
+        devices.resource_name
+        for pod in response.pod_resources
+        for container in pod.containers
+        for devices in container.devices
+        for _ in devices.device_ids
+    ]
+
+
 def _held(series: Iterable[Mapping[str, str]]) -> Held:
     held: dict[tuple[str, str, str, str], set[str]] = {}
     for labels in series:

@@ -14,11 +14,11 @@ expects it.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from chart_on_node import PORT, Bench, built_image, chart_values, helm_install
@@ -28,6 +28,7 @@ from gpu_workloads import (
     bare_pod,
     deployment,
     exported,
+    id_resources,
     job,
     listed,
     metrics_at,
@@ -52,6 +53,8 @@ MONITORING, PROMETHEUS, SELECT = "monitoring", "k8s", {"release": "gpu-monitorin
 JOB = f"serviceMonitor/{EXPORTER_NS}/{RELEASE}-kube-gpu-exporter/0"
 ALLOCATED = "nvidia_gpu_allocation_info"
 ADVERTISED = "nvidia_gpu_node_advertised_devices"
+ALLOCATED_N = "nvidia_gpu_node_allocated_devices"
+OFFERED = "nvidia_gpu_kubelet_allocatable"
 UP = "kube_gpu_exporter_pod_resources_up"
 SHARED_MIG = "nvidia.com/mig-1g.5gb.shared"
 CONTROLLERS = (
@@ -156,7 +159,7 @@ def prometheus(bench: Bench) -> Iterator[Prometheus]:
 def test_every_pods_devices_as_the_kubelet_lists_them(bench: Bench) -> None:
     """The exporter's pod → container → resource → devices mapping is the kubelet's List,
     for the pods of a Deployment, a Job and a bare pod of two containers."""
-    parsed, answer = _agreed(bench)
+    parsed, answer = bench.wait_agreed()
     held = listed(answer)
     infer = sorted(p["metadata"]["name"] for p in bench.pods(APPS, "infer"))
     (train,) = [p["metadata"]["name"] for p in bench.pods(APPS, "train")]
@@ -184,6 +187,12 @@ def test_every_pods_devices_as_the_kubelet_lists_them(bench: Bench) -> None:
     advertised = {dict(k[1])["resource"]: v for k, v in parsed.items() if k[0] == ADVERTISED}
     assert advertised == {r: len(ids) for r, ids in bench.allocatable_ids().items()}
     assert advertised[SHARED_MIG] == 4 and advertised["nvidia.com/gpu"] == 4
+    # allocated: the List's ids per resource (replicas each); one whole GPU left free
+    allocated = {dict(k[1])["resource"]: v for k, v in parsed.items() if k[0] == ALLOCATED_N}
+    assert {r: n for r, n in allocated.items() if n} == dict(Counter(id_resources(answer)))
+    assert values(parsed, "nvidia_gpu_node_free_gpus") == [1.0]
+    # every device the plugin offers (four GPUs, three MIG instances), per device
+    assert values(parsed, OFFERED) == [1.0] * 7
 
 
 def test_the_operators_prometheus_scrapes_the_daemonset(
@@ -244,9 +253,9 @@ def test_a_deleted_pods_series_go(bench: Bench, prometheus: Prometheus) -> None:
 def test_a_kubelet_restart(bench: Bench) -> None:
     """pod_resources_up 1 → 0 while the kubelet is down → 1, and the same allocations after,
     each once."""
-    parsed, answer = _agreed(bench)
+    parsed, answer = bench.wait_agreed()
     before = listed(answer)
-    allocated = _family(parsed, "nvidia_gpu_node_allocated_devices")
+    allocated = _family(parsed, ALLOCATED_N)
     assert values(parsed, UP) == [1.0]
     pod = bench.exporter_pod()
     assert pod is not None
@@ -270,7 +279,7 @@ def test_a_kubelet_restart(bench: Bench) -> None:
     )
     assert listed(answer) == before
     assert exported(parsed) == before
-    assert _family(parsed, "nvidia_gpu_node_allocated_devices") == allocated
+    assert _family(parsed, ALLOCATED_N) == allocated
     assert set(values(parsed, ALLOCATED)) == {1.0}
 
 
@@ -288,7 +297,7 @@ def test_the_daemonset_replaces_a_deleted_exporter(bench: Bench) -> None:
         timeout=180,
         what="the DaemonSet's new pod Running",
     )
-    parsed, _ = _agreed(bench)
+    parsed, _ = bench.wait_agreed()
     assert bench.exporter_pod()["metadata"]["name"] == new["metadata"]["name"]
     assert len(exported(parsed)) == 3
 
@@ -324,6 +333,8 @@ def test_an_unhealthy_gpu(bench: Bench) -> None:
 
     parsed = wait_until(dropped, timeout=60, what="the exporter's advertised GPUs 3")
     assert values(parsed, ALLOCATED, pod=train, uuid=uuid) == [1.0]
+    assert values(parsed, OFFERED, uuid=uuid) == [0.0]
+    assert sorted(values(parsed, OFFERED)) == [0.0] + [1.0] * 6
     assert listed(bench.listed())[(APPS, train, "main", "nvidia.com/gpu")] == held
 
     def reported() -> dict[str, str] | None:
@@ -346,7 +357,7 @@ def test_api_access_from_a_pod(bench: Bench, fake_nvml_dir: Path) -> None:
     with hostNetwork and the API server's address in KUBERNETES_SERVICE_HOST/PORT (extraEnv:
     a container's own variables win over the kubelet's) does, with its ServiceAccount token
     and the chart's RBAC: owners appear on the allocations."""
-    parsed, _ = _agreed(bench)
+    parsed, _ = bench.wait_agreed()
     assert values(parsed, "kube_gpu_exporter_kubernetes_api_up") == [0.0]
     host, port = bench.plane.url.removeprefix("https://").rsplit(":", 1)
     image = built_image()["name"]
@@ -385,13 +396,3 @@ def test_api_access_from_a_pod(bench: Bench, fake_nvml_dir: Path) -> None:
 
 def _family(parsed: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
     return {labels: value for (n, labels), value in parsed.items() if n == name}
-
-
-def _agreed(bench: Bench) -> tuple[Samples, Any]:
-    try:
-        return wait_until(bench.agreed, timeout=120, what="the exporter's mapping = the kubelet's")
-    except BaseException:
-        print("kubelet:", listed(bench.listed()))
-        print("exporter:", exported(bench.metrics() or {}))
-        print(bench.exporter_log())
-        raise
