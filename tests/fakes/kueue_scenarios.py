@@ -9,6 +9,8 @@ Families, each varying what one part of the verdict decides:
 - flavors: two flavors tried in order, the first full, tainted (tolerated by the Job, by the
   flavor, or not), or excluded by the Job's node selector;
 - cohort: two queues in a cohort, borrowing limits and lending limits, what the other uses;
+- fungibility: two flavors, the first only by borrowing from the cohort; the queue's
+  `flavorFungibility.whenCanBorrow` stops there (MayStopSearch) or tries the next first;
 - nodes: quota to spare, nodes of the flavor too small, full or tainted beyond the flavor;
 - priority: the quota held by low-priority Jobs, a high-priority candidate, the queue
   preempting lower priorities or not (preemption is a limit the verdict names).
@@ -22,7 +24,7 @@ from typing import Any
 
 GPU = "nvidia.com/gpu"
 POOL = "kueue-oracle/pool"  # the flavors' node label: the scenario's own value
-FAMILIES = ("quota", "flavors", "cohort", "nodes", "priority")
+FAMILIES = ("quota", "flavors", "cohort", "nodes", "priority", "fungibility")
 
 
 @dataclass
@@ -128,6 +130,21 @@ def _cohort(rng: random.Random, name: str) -> Scenario:
     return Scenario("cohort", name, [FlavorSpec("a")], nodes, [mine, other], background, candidate)
 
 
+def _fungibility(rng: random.Random, name: str) -> Scenario:
+    cohort = f"{name}-cohort"
+    policy = rng.choice(("MayStopSearch", "TryNextFlavor"))
+    mine = QueueSpec(
+        "cq", {"a": (rng.randint(0, 2), None, None), "b": (rng.randint(1, 4), None, None)},
+        cohort, fungibility=policy,
+    )  # fmt: skip
+    lender = QueueSpec("lender", {"a": (rng.randint(2, 6), None, None)}, cohort)
+    background = _split("lender", rng.randint(0, lender.flavors["a"][0]), rng)
+    nodes = [("a", 8, False), ("b", 4, False)]
+    candidate = JobSpec("cq", rng.randint(1, 4), 1)
+    flavors = [FlavorSpec("a"), FlavorSpec("b")]
+    return Scenario("fungibility", name, flavors, nodes, [mine, lender], background, candidate)
+
+
 def _nodes(rng: random.Random, name: str) -> Scenario:
     nodes = [("a", rng.choice((1, 2, 4)), rng.random() < 0.3) for _ in range(rng.randint(1, 2))]
     queue = QueueSpec("cq", {"a": (16, None, None)})
@@ -152,6 +169,7 @@ _MAKERS: dict[str, Any] = {
     "quota": _quota,
     "flavors": _flavors,
     "cohort": _cohort,
+    "fungibility": _fungibility,
     "nodes": _nodes,
     "priority": _priority,
 }
