@@ -12,7 +12,8 @@ ValidatingAdmissionPolicy (the chart rendered with `nodeHealth.*` on, applied se
 - the pod-bound token names its Node in userInfo.extra, and the policy refuses the same
   credential a write to another Node or to its own Node's labels;
 - without the role, the denied write is counted (node_health_forbidden), logged once, and the
-  exporter goes on serving.
+  exporter goes on serving; so is an API server that cannot be reached (node_health_connection,
+  one line for the condition and one for the taint).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from test_k8s_least_privilege import apply
 
 from fakenvml import write_state
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
-from support import run_exporter, values, wait_until
+from support import free_port, run_exporter, values, wait_until
 
 pytestmark = pytest.mark.k8s
 
@@ -322,3 +323,30 @@ def test_a_denied_write_is_counted_and_logged_once(
     assert log.count("cannot write the node's GPU condition") == 1, log
     assert "forbidden" in log
     assert _condition(plane.ok("GET", f"/api/v1/nodes/{target}")) is None
+
+
+def test_an_unreachable_api_server_is_counted_and_logged_once(
+    plane: ControlPlane, nvml_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"  # no one
+    kubeconfig = tmp_path / "away.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    kubeconfig.chmod(0o600)
+    write_state(Path(nvml_env["FAKE_NVML_STATE"]), scenario(1))
+    args = [
+        "--collector.interval=200ms", "--kubelet.pod-resources-socket=", "--path.sysfs=",
+        "--health.node-conditions", "--health.node-taint",
+        f"--kubernetes.kubeconfig={kubeconfig}", f"--kubernetes.node-name={NODE}",
+    ]  # fmt: skip
+    kind = "node_health_connection"
+    with run_exporter(args, tmp_path, env=nvml_env) as exporter:
+        m = exporter.metrics_when(
+            lambda m: sum(values(m, "kube_gpu_exporter_collection_errors_total", kind=kind)) >= 4,
+            "refused connections counted",
+        )
+        assert values(m, "nvidia_gpu_up") == [1, 1]
+        log = exporter.log()
+    # one line for each part that cannot be written (the condition, the taint), not per attempt
+    assert log.count("cannot write the node's GPU condition (connection)") == 1, log
+    assert log.count("cannot write the node's GPU taint (connection)") == 1, log
