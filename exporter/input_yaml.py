@@ -25,6 +25,8 @@ Every problem is an InputError of one line that starts with the file's label.
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -63,8 +65,11 @@ def read_input(path: str | Path, label: str) -> bytes:
     """The bytes of an input file, at most MAX_BYTES: a larger one is refused before it is
     parsed (the pure-Python parser is slow: bench/README.md)."""
     try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_BYTES + 1)
+        if str(path) == "-":  # standard input, as kubectl's `-f -`
+            data = _stdin()
+        else:
+            with open(path, "rb") as file:
+                data = file.read(MAX_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read {label}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a NUL in the path
@@ -72,6 +77,13 @@ def read_input(path: str | Path, label: str) -> bytes:
     if len(data) > MAX_BYTES:
         raise InputError(f"{label}: larger than {MAX_BYTES >> 20} MiB, too large for an input file")
     return data
+
+
+@functools.cache
+def _stdin() -> bytes:
+    """Standard input, read once: a command may read its input twice (explain's `-f -`
+    looks for a queued Job before the pod path reads the manifest)."""
+    return sys.stdin.buffer.read(MAX_BYTES + 1)
 
 
 def parse_yaml(data: bytes | str, label: str) -> Any:

@@ -4,10 +4,12 @@ line with exit status 2."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from cluster_objects import (
     scenarios,
 )
 from kube_gpu_exporter.demo.kube_api import NODES_PATH, PODS_PATH, KubeApiServer, write_kubeconfig
+from kube_gpu_exporter.exporter import input_yaml
 from kube_gpu_exporter.exporter.cli import main
 from kube_gpu_exporter.exporter.cluster.explain import api as explain_api
 from support import exporter_command, free_port
@@ -151,6 +154,25 @@ def test_a_manifest_takes_the_namespace_from_the_flag(
     assert status == 1 and "will not schedule: quota_exceeded" in out
     status, out, _ = explain(capsys, kubeconfig, "-f", path)  # the context's: default
     assert status == 0 and out.startswith("pod default/train ")
+
+
+def test_a_manifest_on_standard_input(
+    api: KubeApiServer,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`-f -`, as kubectl reads it: standard input, read once though explain looks at the
+    manifest twice (a Job queued by Kueue first, then the pod)."""
+    api.put_node(make_node("gpu-a"))
+    manifest = yaml.safe_dump(as_manifest(make_gpu_pod("train", 2))).encode()
+    input_yaml._stdin.cache_clear()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(manifest)))
+    try:
+        status, out, err = explain(capsys, kubeconfig, "-f", "-")
+    finally:
+        input_yaml._stdin.cache_clear()
+    assert status == 0 and out.startswith("pod ml/train (not created yet)"), err
 
 
 def test_a_scheduled_pod_needs_no_explaining(

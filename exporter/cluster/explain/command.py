@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         "--filename",
         metavar="FILE",
-        help="a manifest (Pod, or a workload's pod template) to check before submitting it",
+        help="a manifest (Pod, or a workload's pod template) to check before submitting it "
+        "(- reads it from standard input)",
     )
     parser.add_argument(
         "--kubeconfig",

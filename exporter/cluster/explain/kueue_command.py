@@ -56,8 +56,8 @@ def target(args: argparse.Namespace) -> tuple[str, Any] | None:
             if str(args.pod).startswith(prefix) and "/" not in args.pod[len(prefix) :]:
                 return kind, args.pod[len(prefix) :]
         return None
-    if not args.filename or args.filename == "-":
-        return None  # stdin is read once, by the pod path
+    if not args.filename:
+        return None
     from kube_gpu_exporter.exporter.cluster.explain.manifest import MAX_DOCUMENTS
     from kube_gpu_exporter.exporter.input_yaml import parse_yaml_all, read_input
 
