@@ -122,7 +122,10 @@ def cluster_view(tmp: Path) -> Iterator[tuple[KubeApiServer, Exporter]]:
 
 def queue_a_workload(api: KubeApiServer) -> None:
     """Kueue's side: a flavor on the H100 nodes, a ClusterQueue with 4 of them (8 more to
-    borrow) all used, and a Job of two 2-GPU pods waiting in it for quota."""
+    borrow) all used, and a Job of two 2-GPU pods waiting in it for quota; a second queue of
+    1 GPU (no borrowing limit), used up by the Job whose pod is lab/notebook-a — the kubelet's
+    idle notebook (bound to a node the view does not know, so its free GPUs stay as they
+    are): KubeGpuQueueQuotaExhaustedWhileIdle's join on real series."""
     api.put_kueue("resourceflavors", make_resource_flavor("h100", {PRODUCT: H100}))
     quota = [("h100", "nvidia.com/gpu", 4, 8)]
     used = {("h100", "nvidia.com/gpu"): 4}
@@ -131,6 +134,23 @@ def queue_a_workload(api: KubeApiServer) -> None:
     waiting = ("Pending", "insufficient unused quota for nvidia.com/gpu in flavor h100")
     workload = make_workload("job-sweep", "batch", "batch", pods=2, gpus_each=2, waiting=waiting)
     api.put_kueue("workloads", workload)
+    one = [("h100", "nvidia.com/gpu", 1, None)]
+    used_up = make_cluster_queue("notebooks-cq", one, used={("h100", "nvidia.com/gpu"): 1})
+    api.put_kueue("clusterqueues", used_up)
+    api.put_kueue("localqueues", make_local_queue("notebooks", "lab", "notebooks-cq"))
+    job_uid = "5e1c0b1e-0000-4000-8000-00000000a001"
+    admitted = ("notebooks-cq", "h100", CREATED)
+    notebook = make_workload(
+        "job-notebook", "lab", "notebooks", waiting=None, admitted=admitted,
+        owner=("notebook", job_uid),
+    )  # fmt: skip
+    api.put_kueue("workloads", notebook)
+    pod = make_gpu_pod("notebook-a", 1, "lab", node="elsewhere")
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "notebook", "uid": job_uid,
+         "controller": True},
+    ]  # fmt: skip
+    api.put(pod)
 
 
 def schedule_one(api: KubeApiServer, view: Exporter, name: str, waited: int) -> None:
@@ -247,12 +267,18 @@ EXPECTED: dict[str, Expected] = {
     "kube-gpu-cluster/Fragmentation of free GPUs/A": 1 - 1 / 2,
     "kube-gpu-cluster/Pending GPU workloads by queue and reason/A": ("reason", {"Pending": 1}),
     "kube-gpu-cluster/GPUs asked by pending workloads/A": ("cluster_queue", {"batch-cq": 4}),
-    "kube-gpu-cluster/GPU quota per queue and flavor/A": ("flavor", {"h100": 4}),
-    "kube-gpu-cluster/GPU quota per queue and flavor/B": ("flavor", {"h100": 8}),
-    "kube-gpu-cluster/GPU quota per queue and flavor/C": ("flavor", {"h100": 4}),
+    "kube-gpu-cluster/GPU quota per queue and flavor/A": (
+        "cluster_queue",
+        {"batch-cq": 4, "notebooks-cq": 1},
+    ),
+    "kube-gpu-cluster/GPU quota per queue and flavor/B": ("cluster_queue", {"batch-cq": 8}),
+    "kube-gpu-cluster/GPU quota per queue and flavor/C": (
+        "cluster_queue",
+        {"batch-cq": 4, "notebooks-cq": 1},
+    ),
     "kube-gpu-cluster/Workloads admitted and preempted per hour/A": (
         "cluster_queue",
-        {"batch-cq": 0},
+        {"batch-cq": 0, "notebooks-cq": 0},  # admitted before the view started: not counted
     ),
     "kube-gpu-cluster/Hottest GPU per node/A": 71,
     "kube-gpu-cluster/Driver versions/A": (
@@ -359,6 +385,25 @@ def matches(result: list[dict[str, Any]], expected: Expected | None) -> bool:
 def test_the_variables_are_filled() -> None:
     for param in _queries():
         assert "$" not in fill(param.values[0], "127.0.0.1:19400")
+
+
+def test_the_queue_quota_alert_joins_idle_pods_to_their_queue(
+    prometheus: tuple[Prometheus, str],
+) -> None:
+    """KubeGpuQueueQuotaExhaustedWhileIdle's expression on real series: the exporter's
+    allocation of GPU 1 to lab/notebook-a (utilization 0: idle by the recording rules), the
+    view's kube_gpu_queue_pod_info naming its queue, and that queue's quota used up — one
+    idle GPU for notebooks-cq; batch-cq's pods are not on this node."""
+    prom, _ = prometheus
+    rules = yaml.safe_load(RULES.read_text())["groups"]
+    (expr,) = (
+        r["expr"]
+        for g in rules
+        for r in g["rules"]
+        if r.get("alert") == "KubeGpuQueueQuotaExhaustedWhileIdle"
+    )
+    result = answer(prom, expr, ("cluster_queue", {"notebooks-cq": 1}))
+    assert by_label(result, "cluster_queue") == {"notebooks-cq": 1}
 
 
 def test_every_rule_evaluates_without_error(prometheus: tuple[Prometheus, str]) -> None:

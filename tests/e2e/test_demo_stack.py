@@ -20,6 +20,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,7 @@ PARTS = ("exporter", "prometheus", "alertmanager", "cluster", "alerts")
 THRESHOLDS = """
 alerts:
   GPUTemperatureHigh: {threshold: 70, for: 0s}
+  KubeGpuWorkloadPendingTooLong: {for: 0s}
 """
 WAIT = 60.0  # a scrape, a rule evaluation and a notification round on a loaded CI machine
 REPORT_AT = 100  # seconds into the story: by then the report finds a minute of data
@@ -156,6 +158,23 @@ def test_the_cluster_view_says_why_gpu_pods_wait(demo: Demo) -> None:
     queued = 'kube_gpu_pending_workload_gpus{job="kube-gpu-exporter-cluster"}'
     wait_until(lambda: query(queued), WAIT, "the queued Job in Prometheus")
     assert query(queued) == {"Pending": 8.0}
+
+
+def test_the_queued_job_pages_for_its_queue(demo: Demo) -> None:
+    """ml/llm-eval has waited 70 minutes in Kueue's queue ml-cq (past the hour): the alert
+    names the queue and Kueue's reason, its description the 8 GPUs waiting."""
+
+    def queued() -> dict[str, Any] | None:
+        body = http_get(f"{demo.url('alertmanager')}/api/v2/alerts")[2]
+        alerts = json.loads(body)
+        return next(
+            (a for a in alerts if a["labels"]["alertname"] == "KubeGpuWorkloadPendingTooLong"),
+            None,
+        )
+
+    alert = wait_until(queued, WAIT, "KubeGpuWorkloadPendingTooLong in Alertmanager")
+    assert (alert["labels"]["cluster_queue"], alert["labels"]["reason"]) == ("ml-cq", "Pending")
+    assert "8 GPUs wait in the queue" in alert["annotations"]["description"]
 
 
 def test_the_story_ends_with_the_weekly_report(demo: Demo) -> None:
