@@ -255,6 +255,13 @@ class PodResourcesWatcher:
     may be gone, and series attributed to a pod that no longer exists are a defect, whereas
     missing attribution is only a gap.
 
+    An answer that drops every allocation at once, after one that had some, is believed only
+    when another answer at least `CONFIRM_EMPTY` later says so too (asked that soon): a
+    restarted kubelet answers with no pods until its pod manager has them back from the API
+    server, and believing it would end every pod's series for an interval and restart every
+    alert's `for` (a real kubelet 1.37 answers so for about a second). A drained node is
+    believed that much later.
+
     The age is measured on `clock`, a monotonic clock: a wall-clock step (NTP, a VM resumed)
     must neither withhold a fresh listing nor pass off an old one. `last_success` is the wall
     time of the last success, for the metric that exposes it.
@@ -264,6 +271,7 @@ class PodResourcesWatcher:
 
     STALE_AFTER_INTERVALS: Final = 3
     INITIAL_BACKOFF: Final = 1.0
+    CONFIRM_EMPTY: Final = 2.0
 
     def __init__(
         self,
@@ -284,6 +292,7 @@ class PodResourcesWatcher:
         self._failing: PodResourcesErrorKind | None = None
         self._failures = 0
         self._task: asyncio.Task[None] | None = None
+        self._emptied_at: float | None = None  # on `clock`: an empty answer, not yet believed
 
     @property
     def latest(self) -> Listing | None:
@@ -316,6 +325,9 @@ class PodResourcesWatcher:
             return False
         if listing.allocatable_refused:
             self.errors_total["allocatable_refused"] += 1
+        if self._unconfirmed_empty(listing):
+            self.up = True
+            return True
         self._listing = listing
         self._listed_at = self._clock()
         self.last_success = self._wall_clock()
@@ -326,6 +338,23 @@ class PodResourcesWatcher:
         self._failures = 0
         return True
 
+    def _unconfirmed_empty(self, listing: Listing) -> bool:
+        """Whether `listing` empties a listing that held devices and is not yet confirmed
+        (see the class's docstring); the last listing is kept meanwhile, ageing as usual."""
+        held = self._listing is not None and (self._listing.allocations or self._listing.dra)
+        if not held or listing.allocations or listing.dra:
+            self._emptied_at = None
+            return False
+        now = self._clock()
+        if self._emptied_at is None:
+            self._emptied_at = now
+            log.info("kubelet pod-resources lists no pods now; asking again before believing it")
+            return True
+        if now - self._emptied_at < self.CONFIRM_EMPTY:
+            return True
+        self._emptied_at = None
+        return False
+
     def _failed(self, kind: PodResourcesErrorKind, reason: str, traceback: bool) -> None:
         self.up = False
         self.errors_total[kind] += 1
@@ -335,6 +364,8 @@ class PodResourcesWatcher:
         self._failing = kind
 
     def _retry_delay(self) -> float:
+        if self._emptied_at is not None:
+            return min(self.INITIAL_BACKOFF, self.interval)
         if self._failures == 0:
             return self.interval
         backoff = self.INITIAL_BACKOFF * 2.0 ** min(self._failures - 1, 30)

@@ -116,3 +116,38 @@ async def test_an_allocatable_refusal_is_logged_again_after_it_was_answered(
         assert (await client.list()).allocatable is None
     refusals = [r for r in caplog.records if "cannot list allocatable" in r.getMessage()]
     assert len(refusals) == 2
+
+
+async def test_an_answer_that_empties_the_node_is_believed_only_when_confirmed(
+    kubelet: FakeKubelet, client: PodResourcesClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restarted kubelet lists no pods until its pod manager has them back (about a second
+    on a real 1.37): one such answer keeps the last listing, asked again soon; an empty node
+    is believed once a second answer `CONFIRM_EMPTY` later says so too."""
+    monotonic = [500.0]
+    watcher = PodResourcesWatcher(client, interval=INTERVAL, clock=lambda: monotonic[0])
+    held = kubelet.pods
+    kubelet.start()
+    watcher.start()
+    try:
+        with caplog.at_level(logging.INFO):
+            first = await eventually(lambda: watcher.latest, "the first listing")
+            assert [a.pod for a in first.allocations] == ["p"]
+            kubelet.pods = []  # the kubelet restarted: no pods yet
+            await eventually(lambda: "asking again" in caplog.text, "the empty answer")
+            assert watcher.latest is first  # not believed yet
+            kubelet.pods = held  # its pods back
+            await eventually(lambda: watcher.latest is not first, "the next answer")
+            assert [a.pod for a in watcher.latest.allocations] == ["p"]  # type: ignore[union-attr]
+
+            caplog.clear()
+            kubelet.pods = []  # the node drained for real
+            await eventually(lambda: "asking again" in caplog.text, "the empty answer")
+            monotonic[0] += PodResourcesWatcher.CONFIRM_EMPTY
+            emptied = await eventually(
+                lambda: watcher.latest is not None and not watcher.latest.allocations and 1,
+                "the confirmed empty answer",
+            )
+            assert emptied and watcher.up
+    finally:
+        await watcher.stop()
