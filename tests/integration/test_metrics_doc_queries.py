@@ -269,6 +269,23 @@ def world(start: float) -> list[tuple[str, dict[str, str], list[tuple[float, flo
         )
         for p in ("notebook-a", "notebook-b")
     ]
+    view = {"job": "kube-gpu-exporter-cluster", "instance": "cluster:19401"}
+    series += [
+        ("kube_gpu_queue_pod_info", {**view, "namespace": ns, "pod": p, **queue}, const(1))
+        for ns, p, queue in (
+            ("lab", "notebook-a", {"cluster_queue": "lab-cq", "local_queue": "notebooks"}),
+            ("ml", "trainer-0", {"cluster_queue": "ml-cq", "local_queue": "training"}),
+        )
+    ]
+    for cq, lq, reason, gpus, age in (
+        ("ml-cq", "training", "Pending", 8, 600),
+        ("ml-cq", "training", "ExceedsMaxQuota", 16, 1200),
+        ("lab-cq", "notebooks", "Pending", 2, 300),
+    ):
+        waiting = {**view, "cluster_queue": cq, "namespace": "ml", "local_queue": lq}
+        waiting["reason"] = reason
+        series.append(("kube_gpu_pending_workload_gpus", waiting, const(gpus)))
+        series.append(("kube_gpu_pending_workload_seconds", waiting, const(age)))
     n3 = {**J, "instance": "n3"}  # a node whose device plugin advertises nothing
     advertised = "nvidia_gpu_node_advertised_devices"
     series += [
@@ -333,6 +350,12 @@ ANSWERS: dict[str, list[Answer]] = {
     "idle allocated GPUs, per workload": [
         (("namespace", "owner_kind", "workload"), {("lab", "StatefulSet", "notebooks"): 1.0})
     ],
+    "GPUs waiting in each Kueue queue, and its oldest wait": [
+        (("cluster_queue",), {("ml-cq",): 24, ("lab-cq",): 2}),
+        (("cluster_queue",), {("ml-cq",): 1200, ("lab-cq",): 300}),
+    ],
+    # notebook-a idles half of GPU 2 in lab-cq; trainer-0 (ml-cq) holds no idle GPU
+    "idle GPUs per Kueue queue": [(("cluster_queue",), {("lab-cq",): 0.5})],
     "model of the GPU a pod holds": [(("pod", "model"), {("trainer-0", "H100"): 1})],
     "GPU usage per namespace": [(("namespace",), {("ml",): 0.9, ("lab",): 0.5})],
     "is the device plugin advertising what the driver sees?": [(("instance",), {("n3",): 2})],
