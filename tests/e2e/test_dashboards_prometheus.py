@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from cluster_objects import (
+    A100,
     CREATED,
     H100,
     PRODUCT,
@@ -151,6 +152,10 @@ def queue_a_workload(api: KubeApiServer) -> None:
          "controller": True},
     ]  # fmt: skip
     api.put(pod)
+    # A flavor for A100s, which no node of this cluster is: its quota can never be used.
+    api.put_kueue("resourceflavors", make_resource_flavor("a100", {PRODUCT: A100}))
+    stranded = make_cluster_queue("a100-cq", [("a100", "nvidia.com/gpu", 2, None)])
+    api.put_kueue("clusterqueues", stranded)
 
 
 def schedule_one(api: KubeApiServer, view: Exporter, name: str, waited: int) -> None:
@@ -269,7 +274,7 @@ EXPECTED: dict[str, Expected] = {
     "kube-gpu-cluster/GPUs asked by pending workloads/A": ("cluster_queue", {"batch-cq": 4}),
     "kube-gpu-cluster/GPU quota per queue and flavor/A": (
         "cluster_queue",
-        {"batch-cq": 4, "notebooks-cq": 1},
+        {"batch-cq": 4, "notebooks-cq": 1, "a100-cq": 2},
     ),
     "kube-gpu-cluster/GPU quota per queue and flavor/B": ("cluster_queue", {"batch-cq": 8}),
     "kube-gpu-cluster/GPU quota per queue and flavor/C": (
@@ -278,7 +283,8 @@ EXPECTED: dict[str, Expected] = {
     ),
     "kube-gpu-cluster/Workloads admitted and preempted per hour/A": (
         "cluster_queue",
-        {"batch-cq": 0, "notebooks-cq": 0},  # admitted before the view started: not counted
+        # admitted before the view started: not counted
+        {"batch-cq": 0, "notebooks-cq": 0, "a100-cq": 0},
     ),
     "kube-gpu-cluster/Hottest GPU per node/A": 71,
     "kube-gpu-cluster/Driver versions/A": (
@@ -387,23 +393,34 @@ def test_the_variables_are_filled() -> None:
         assert "$" not in fill(param.values[0], "127.0.0.1:19400")
 
 
-def test_the_queue_quota_alert_joins_idle_pods_to_their_queue(
-    prometheus: tuple[Prometheus, str],
+# The Kueue alerts' conditions on the real series (their `for` aside): the exporter's
+# allocations, the idle recording rules and the cluster view over the Kueue objects above.
+KUEUE_ALERTS = {
+    # batch/job-sweep has waited since CREATED: its 4 GPUs, under Kueue's reason
+    "KubeGpuWorkloadPendingTooLong": (("cluster_queue", "reason"), {("batch-cq", "Pending"): 4}),
+    # lab/notebook-a idles GPU 1 in notebooks-cq, whose one GPU is used up
+    "KubeGpuQueueQuotaExhaustedWhileIdle": (("cluster_queue",), {("notebooks-cq",): 1}),
+    # a100-cq's 2 GPUs of a flavor no node is
+    "KubeGpuFlavorCannotFit": (("flavor", "resource"), {("a100", "nvidia.com/gpu"): 2}),
+}
+
+
+@pytest.mark.parametrize("alert", list(KUEUE_ALERTS))
+def test_the_kueue_alerts_hold_on_real_series(
+    prometheus: tuple[Prometheus, str], alert: str
 ) -> None:
-    """KubeGpuQueueQuotaExhaustedWhileIdle's expression on real series: the exporter's
-    allocation of GPU 1 to lab/notebook-a (utilization 0: idle by the recording rules), the
-    view's kube_gpu_queue_pod_info naming its queue, and that queue's quota used up — one
-    idle GPU for notebooks-cq; batch-cq's pods are not on this node."""
     prom, _ = prometheus
     rules = yaml.safe_load(RULES.read_text())["groups"]
-    (expr,) = (
-        r["expr"]
-        for g in rules
-        for r in g["rules"]
-        if r.get("alert") == "KubeGpuQueueQuotaExhaustedWhileIdle"
-    )
-    result = answer(prom, expr, ("cluster_queue", {"notebooks-cq": 1}))
-    assert by_label(result, "cluster_queue") == {"notebooks-cq": 1}
+    (expr,) = (r["expr"] for g in rules for r in g["rules"] if r.get("alert") == alert)
+    labels, expected = KUEUE_ALERTS[alert]
+
+    def found() -> dict[tuple[str, ...], float] | None:
+        answer = {
+            tuple(r["metric"].get(k, "") for k in labels): r["value"] for r in prom.query(expr)
+        }
+        return answer if answer == expected else None
+
+    assert wait_until(found, SETTLED, f"{alert}'s condition") == expected
 
 
 def test_every_rule_evaluates_without_error(prometheus: tuple[Prometheus, str]) -> None:
