@@ -7,7 +7,8 @@ printed with its evidence (report.py). Exit status: 0 when the pod would schedul
 is), 1 when it would not (the reason on the last line; a manifest that admission refuses),
 2 on bad input — an unreadable manifest or one the API server finds invalid, a kubeconfig
 that does not load, an API server that does not answer, a pod that does not exist — as one
-line on stderr, never a traceback.
+line on stderr, never a traceback. A pending pod that only Kueue's gates hold is explained by
+its Workload, as `explain workload/NAME` (kueue_pod.py).
 
 The CLI adds the subcommand's flags with `add_arguments`; this module imports only argparse when
 loaded, so other commands do not pay for the cluster view or the kubernetes client.
@@ -73,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain, print, and return the exit status (see the module docstring)."""
     from kube_gpu_exporter.exporter.cluster.classify import classify
-    from kube_gpu_exporter.exporter.cluster.explain import kueue_command, limits
+    from kube_gpu_exporter.exporter.cluster.explain import kueue_command, kueue_pod, limits
     from kube_gpu_exporter.exporter.cluster.explain.admission import Admission, admit
     from kube_gpu_exporter.exporter.cluster.explain.api import (
         ApiReader,
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     )
     admission = Admission()
+    kueue_line = ""
     try:
         # a Job or Workload, or a manifest of a Job queued by Kueue: kueue_command.py's
         queued = kueue_command.target(args) if bool(args.pod) != bool(args.filename) else None
@@ -124,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
             if admitted and (pod.node_name or pod.terminated):
                 print(_placed(pod))
                 return EXIT_SCHEDULES
+            if admitted:  # a pod Kueue holds is its Workload's to explain (kueue_pod.py)
+                workload = kueue_pod.find(reader, pod)
+                if workload is not None and kueue_pod.held(pod):
+                    print(kueue_pod.held_line(pod, workload))
+                    name = kueue_pod.name(workload)
+                    return kueue_command.run(args, "workload", name, reader, pod.namespace, colour)
+                kueue_line = kueue_pod.admitted_line(workload)
             if not admitted:
                 admission = admit(reader, manifest, label)
                 if admission.refusal:
@@ -157,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if not admitted:
         unchecked = limits.unchecked(manifest, pod)
         preempting = limits.preemptible(view, manifest, pod, result)
+    sys.stdout.write(kueue_line)
     sys.stdout.write(
         render(
             view,
