@@ -37,6 +37,10 @@ ACTION_CLASSES: Final[tuple[ActionClass, ...]] = (
 # WORKFLOW_* actions where the table does not record which; RECOVERY_ACTION is Xid 154's (the
 # action is the one NVML reports). An action not here fails the table's load: a person decides
 # its class.
+# WORKFLOW_XID_45 is the one workflow that asks nothing of the platform team: its workflow is
+# "not solo: IGNORE (follow other Xid)", and the catalog logs a 45 for any application abort
+# (Ctrl-C, SIGKILL, a GPU reset) and beside 94 and 95. As `workflow` it raised a warning for
+# every killed CUDA process; the Xid it follows raises its own alert.
 IMMEDIATE_CLASS: Final[Mapping[str, ActionClass]] = MappingProxyType(
     {
         "RESTART_APP": "restart_app",
@@ -44,6 +48,7 @@ IMMEDIATE_CLASS: Final[Mapping[str, ActionClass]] = MappingProxyType(
         "RESTART_BM": "reboot",
         "RESTART_VM": "reboot",
         "WORKFLOW": "workflow",
+        "WORKFLOW_XID_45": "ignore",
         "RECOVERY_ACTION": "workflow",
         "IGNORE": "ignore",
     }
@@ -51,8 +56,11 @@ IMMEDIATE_CLASS: Final[Mapping[str, ActionClass]] = MappingProxyType(
 
 
 def action_class(immediate: str) -> ActionClass | None:
-    """The class of a catalog's immediate action; every WORKFLOW_* is one class (the runbook
-    says to follow the code's entry). None for "" and for an action no class knows."""
+    """The class of a catalog's immediate action; every WORKFLOW_* named nowhere above is one
+    class (the runbook says to follow the code's entry). None for "" and for an action no class
+    knows."""
+    if immediate in IMMEDIATE_CLASS:
+        return IMMEDIATE_CLASS[immediate]
     return IMMEDIATE_CLASS.get("WORKFLOW" if immediate.startswith("WORKFLOW_") else immediate)
 
 

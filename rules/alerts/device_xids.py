@@ -179,8 +179,7 @@ def _workflow_runbook(a: WorkflowXidAlert, q: Query) -> Runbook:
         ),
         impact=(
             "Depends on the code: a double-bit ECC error (48) killed the process that read "
-            "the memory; an NVLink error (74) stops the jobs that use the link; a "
-            "preemptive cleanup (45) follows another error or a killed process."
+            "the memory; an NVLink error (74) stops the jobs that use the link."
         ),
         diagnosis="\n\n".join(
             (
@@ -199,8 +198,10 @@ def _workflow_runbook(a: WorkflowXidAlert, q: Query) -> Runbook:
             "action (GPURecoveryActionRequired), do what it asks; with a pending row "
             "remapping (48), drain and reset the GPU (`nvidia-smi -r -i <gpu>`, as in "
             "GPUXidErrors); with a failed remapping, " + BUG_REPORT + "; with NVLink "
-            "errors (74) that persist, drain the node and reset its GPUs; a 45 alone needs "
-            "nothing.\n\n" + DRAIN
+            "errors (74) that persist, drain the node and reset its GPUs. A preemptive "
+            "cleanup (45) is watched only where the thresholds file lists it: the catalog "
+            "says to follow the Xid it came with, and for a 45 alone on an NVSwitch system "
+            "to restart Fabric Manager.\n\n" + DRAIN
         ),
     )
 

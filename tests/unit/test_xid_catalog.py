@@ -3,7 +3,9 @@ alert per action, and a thresholds file that contradicts the catalog is warned a
 
 The defaults once paged critical on 92 (the catalog: ignore, investigate) and 94 (restart the
 application), called 109 the program's fault (the catalog: reset the GPU), and watched 46, 136,
-140, 143, 155 and 156 (reset the GPU) in no alert.
+140, 143, 155 and 156 (reset the GPU) in no alert. Xid 45 then warned the platform team for
+every killed CUDA process: the catalog's WORKFLOW_XID_45 is "not solo: IGNORE (follow other
+Xid)", and it is logged for any application abort.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # The catalog's immediate actions, as read from NVIDIA's page on 2026-11-28.
 CATALOG = {
     "RESTART_APP": (8, 11, 13, 25, 31, 32, 39, 40, 41, 68, 69, 94),
-    "IGNORE": (14, 37, 38, 43, 44, 63, 92),
+    "IGNORE": (14, 37, 38, 43, 44, 63, 92, 121),
     "RESET_GPU": (46, 62, 64, 95, 109, 119, 120, 136, 140, 143, 155, 156, 158),
     "RESTART_BM": (79,),
     "RESTART_VM": (151,),
-    "WORKFLOW": (45, 48, 74, 144, 145, 146, 147, 148, 149, 150),
+    "WORKFLOW": (48, 74, 144, 145, 146, 147, 148, 149, 150),
+    "WORKFLOW_XID_45": (45,),
 }
 XID_ALERTS = (
     "GPUXidApplicationErrors",
@@ -47,6 +50,12 @@ def _severity(cfg: Config, code: int) -> set[str]:
 
 def test_92_pages_nobody_at_critical() -> None:
     assert "critical" not in _severity(Config(), 92)
+
+
+def test_45_alerts_nobody() -> None:
+    """A 45 follows another Xid (which raises its own alert) or an application abort."""
+    assert xid.BY_CODE[45].action == "ignore"
+    assert _severity(Config(), 45) == set()
 
 
 def test_94_goes_to_the_workloads_owners() -> None:
@@ -71,9 +80,9 @@ def test_the_table_holds_the_catalogs_actions() -> None:
     assert xid.BY_CODE[154].immediate_action == "RECOVERY_ACTION"
     assert (xid.BY_CODE[92].mnemonic, xid.BY_CODE[94].mnemonic) == (
         "EXCESSIVE_SBE_INTERRUPTS",
-        "CONTAINED_ERROR",
+        "ROBUST_CHANNEL_CONTAINED_ERROR",
     )
-    assert xid.BY_CODE[109].mnemonic == "CTXSW_TIMEOUT"
+    assert xid.BY_CODE[109].mnemonic == "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR"
     assert xid.CATALOG_CHECKED == "2026-11-28"
 
 
