@@ -2,8 +2,10 @@
 
 NVIDIA publishes the catalog as a table on its "XID Errors" pages (docs/xid-catalog.md gives
 the address). Save that table as CSV (a spreadsheet's export of the page's table will do): a
-header row naming at least `Xid` and `Immediate Action`, and where present `Mnemonic`,
-`Investigatory Action` and `Architectures` (case, spaces and underscores are ignored). Then:
+header row naming at least `Xid` (or the page's `Code`) and `Immediate Action` (or the page's
+"Resolution Bucket (Immediate Action)"), and where present `Mnemonic`, `Investigatory Action`
+and `Architectures` (or the page's "Applies to A100" … YES/NO columns); case, spaces and
+underscores are ignored. Then:
 
     .venv/bin/python tools/xid_catalog.py SAVED.csv --checked YYYY-MM-DD
 
@@ -32,7 +34,22 @@ COLUMNS = ("xid", *CATALOG_COLUMNS, "name", "description")
 
 
 def _key(header: str) -> str:
-    return re.sub(r"[\s_]+", "_", header.strip().lower())
+    """Our column for a saved header: ours as they are, and the page's own ("Code",
+    "Resolution Bucket (Immediate Action)", "... (Investigatory Action)")."""
+    key = re.sub(r"[\s_]+", "_", header.strip().lower())
+    for column in ("immediate_action", "investigatory_action"):
+        if column in key:
+            return column
+    return "xid" if key == "code" else key
+
+
+def _architectures(fields: dict[str, str]) -> str:
+    """The page's "Applies to A100" … YES/NO columns as one cell, `A100,H100`."""
+    return ",".join(
+        k.removeprefix("applies_to_").upper()
+        for k, v in fields.items()
+        if k.startswith("applies_to_") and v.upper() == "YES"
+    )
 
 
 def published(text: str) -> dict[int, dict[str, str]]:
@@ -42,6 +59,7 @@ def published(text: str) -> dict[int, dict[str, str]]:
         fields = {_key(k): (v or "").strip() for k, v in row.items() if k}
         code = fields.get("xid", "")
         if code.isdigit():
+            fields.setdefault("architectures", _architectures(fields))
             rows[int(code)] = {c: fields.get(c, "") for c in CATALOG_COLUMNS}
     if not rows:
         raise SystemExit("no rows with an `Xid` column of numbers in the saved catalog")

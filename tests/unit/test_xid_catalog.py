@@ -192,3 +192,25 @@ def test_the_refresh_step_merges_a_saved_catalog(tmp_path: Path) -> None:
     saved.write_text("Xid,Immediate Action\n8,REPLACE_BOARD\n")
     assert tool.main([str(saved), "--checked", "2027-01-03", "--table", str(table)]) == 1
     assert table.read_text() == text
+
+
+def test_the_refresh_step_reads_the_pages_own_headers() -> None:
+    """A table saved from NVIDIA's page as it is: `Code`, the "Resolution Bucket (…)" columns,
+    architectures as "Applies to …" YES/NO columns; its "Type (XID)" column holds no code."""
+    saved = (
+        "Type (XID),Code,Mnemonic,Description,Applies to A100,Applies to H100,"
+        "Applies to B100,Applies to GB200,Resolution Bucket (Immediate Action),"
+        "Resolution Bucket (Investigatory Action),Xid 154 linkage,Trigger Conditions\n"
+        "XID,45,ROBUST_CHANNEL_PREEMPTIVE_REMOVAL,Preemptive cleanup,YES,YES,YES,YES,"
+        "WORKFLOW_XID_45,Solo: RESTART_FM Not Solo: IGNORE (follow other Xid),,\n"
+        "XID,136,ALI_TRAINING_FAIL,Link Training Failed,NO,YES,NO,NO,RESET_GPU,"
+        "INVESTIGATE_LINK_SI,CUDA 12.7; GPU driver R565,\n"
+    )
+    rows = _tool().published(saved)
+    assert rows[45] == {
+        "mnemonic": "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+        "immediate_action": "WORKFLOW_XID_45",
+        "investigatory_action": "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)",
+        "architectures": "A100,H100,B100,GB200",
+    }
+    assert (rows[136]["immediate_action"], rows[136]["architectures"]) == ("RESET_GPU", "H100")
