@@ -389,7 +389,7 @@ import asyncio, sys, time
 from kube_gpu_exporter.exporter import app
 from kube_gpu_exporter.exporter.cli import main
 
-async def watches_only(args, web_config, sampler, directory):
+async def watches_only(args, web_config, sampler, directory, *_):
     directory.start()
     deadline = time.monotonic() + 30
     while not directory.up and time.monotonic() < deadline:
