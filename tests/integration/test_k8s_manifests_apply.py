@@ -86,12 +86,13 @@ def everything_on(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def manifests(folder: Path) -> dict[str, list[dict[str, Any]]]:
     """Every Kubernetes object of every YAML file under `folder`, by file (relative path).
     Files that hold none (promtool tests, plain rule files, Alertmanager's inhibit rules) and
-    the Kustomization (read by kubectl, never sent to a server) are left out."""
+    kustomize's own files (a Kustomization, a Component: read by kubectl, never sent to a
+    server) are left out."""
     found: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(folder.rglob("*.yaml")):
         docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
         objects = [d for d in docs if "apiVersion" in d and "kind" in d]
-        objects = [d for d in objects if d["kind"] != "Kustomization"]
+        objects = [d for d in objects if not d["apiVersion"].startswith("kustomize.config.k8s.io/")]
         if objects:
             found[str(path.relative_to(folder))] = objects
     return found
