@@ -4,9 +4,11 @@ The node is an HGX H100 (8 GPUs, every reading NVML gives, GPM, 18 NVLinks), who
 GPU split into seven 1g.10gb MIG instances, played by the simulated backend and put through the
 collection loop as `serve` runs it in the generated DaemonSet: every device held by one pod
 (the kubelet's listing), the pod watch on (`--kubernetes.enabled`: owners), the PCI bus read.
-Only the clock-dependent values of the exporter's own series (the cycle's duration and time)
-are pinned, so that the bytes of a body, which `generate --check` compares, are the same on
-every run. The cluster view is the same fleet's nodes, every GPU held by a running pod.
+No clock reaches a body, so that its bytes, which `generate --check` compares, are the same on
+every run: the sampler and the collection loop read their wall clock as `NOW` (every Unix time
+served: the cycle's, a GPU's needed action's "since"), and the cycle's duration, which the loop
+times on the monotonic clock, is pinned. The cluster view is the same fleet's nodes, every GPU
+held by a running pod.
 """
 
 from __future__ import annotations
@@ -129,12 +131,11 @@ def node_body(mig: bool, dcgm: bool = False) -> bytes:
     sampler = SimulatedSampler(scenario, clock=lambda: 0.0, wall_clock=lambda: NOW)
     devices = sampler.sample().devices
     attribution = AttributionSource(cast(Any, _Kubelet(devices)), _PodWatch())
-    loop = CollectionLoop(sampler, 10, attribution, pci_bus=cast(Any, _PciBus()))
+    bus = cast(Any, _PciBus())
+    loop = CollectionLoop(sampler, 10, attribution, pci_bus=bus, wall_clock=lambda: NOW)
     snapshot = loop.cycle().snapshot
-    exporter = dataclasses.replace(
-        snapshot.exporter, collection_duration_seconds=DURATION, last_success_timestamp=NOW
-    )
-    snapshot = dataclasses.replace(snapshot, exporter=exporter, taken_at=NOW)
+    exporter = dataclasses.replace(snapshot.exporter, collection_duration_seconds=DURATION)
+    snapshot = dataclasses.replace(snapshot, exporter=exporter)
     extra = DcgmCompat(hostname="gpu-node-0").families(snapshot) if dcgm else ()
     body, _ = render(snapshot, extra).body("", gzipped=False)
     return body

@@ -115,8 +115,12 @@ class CollectionLoop:
         pci_bus: PciBus | None = None,
         stall_timeout: float | None = None,
         error_sources: Sequence[Callable[[], Mapping[str, int]]] = (),
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._sampler = sampler
+        # Every Unix time a snapshot carries (its own, the last success, health's "since")
+        # is read here, so that a render can be pinned to one instant (fleet_renders.py)
+        self._wall_clock = wall_clock
         # Counts of parts beside collection (node_health.py), merged into each cycle's errors
         self._error_sources = tuple(error_sources)
         self._interval = interval
@@ -229,7 +233,7 @@ class CollectionLoop:
                 errors,
                 simulated=self._sampler.simulated,
             )
-            snapshot = Snapshot(NodeSample(nvml_up=False), state, taken_at=time.time())
+            snapshot = Snapshot(NodeSample(nvml_up=False), state, taken_at=self._wall_clock())
             self.latest = Rendered(snapshot, demand=self._demand)
             return
         snap = last.snapshot
@@ -246,7 +250,7 @@ class CollectionLoop:
         The duration it reports runs from here to the end of rendering (render.py)."""
         started = time.monotonic()
         node = self._sampler.sample()
-        now = time.time()
+        now = self._wall_clock()
         self._collections += 1
         if node.nvml_up:
             self._last_success = now

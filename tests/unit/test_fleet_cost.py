@@ -12,8 +12,12 @@ the doc block says how many fit.
 
 from __future__ import annotations
 
+import itertools
 import re
+import time
 from pathlib import Path
+
+import pytest
 
 from kube_gpu_exporter.exporter import catalog as c
 from kube_gpu_exporter.exporter.catalog.metric import (
@@ -48,6 +52,20 @@ def test_the_docs_table_is_the_rendered_one() -> None:
     text = (REPO / "docs" / "metrics.md").read_text()
     blocks = {m.group(2): m.group(3) for m in BLOCK.finditer(text)}
     assert blocks["fleet-cost"] == fc.fleet_table(Config())
+
+
+def test_the_table_reads_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`generate --check` compares the table's bytes, so no clock may reach a render: under
+    two clocks whose readings print with different digits, every body and the table are the
+    same (the collection loop's own wall clock once leaked into the since-timestamps)."""
+
+    def under(start: float) -> tuple[list[bytes], str]:
+        ticks = itertools.count()
+        monkeypatch.setattr(time, "time", lambda: start + 0.1234567 * next(ticks))
+        monkeypatch.setattr(time, "monotonic", lambda: start + 0.0314159 * next(ticks))
+        return bodies(), fc.fleet_table(Config())
+
+    assert under(1.0) == under(1_795_884_613.4788544)
 
 
 def test_every_sample_of_a_body_is_counted_in_one_group() -> None:
