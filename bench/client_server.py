@@ -1,8 +1,9 @@
 """prometheus-client's own `start_http_server` serving the node's metrics, for comparison.
 
-Run as a subprocess by bench/run.py with the fake NVML in its environment: one collection
-cycle gives a fixed snapshot, and the stock threaded WSGI server renders (and gzips) it on
-every request, as an exporter built the usual way would. The difference from ours is then
+Run as a subprocess by bench/run.py with the fake NVML in its environment: a second
+collection cycle a second after the first gives a fixed snapshot (with the series that need two
+readings), and the stock threaded WSGI server renders (and gzips) it on every request, as an
+exporter built the usual way would. The difference from ours is then
 the serving model alone, since the families and the encoder are the same.
 
 Usage: client_server.py PORT
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Metric, start_http_server
@@ -34,7 +36,12 @@ class FixedSnapshot(Collector):
 
 
 def main(port: int) -> None:
-    snapshot = CollectionLoop(NvmlSampler(watch_xids=False), 5.0).cycle().snapshot
+    loop = CollectionLoop(NvmlSampler(watch_xids=False), 5.0)
+    loop.cycle()
+    time.sleep(1.0)
+    # the second cycle's: rates (GPM activity, NVLink throughput) need two readings, and the
+    # snapshot should hold every series ours serves
+    snapshot = loop.cycle().snapshot
     if not snapshot.node.nvml_up:
         sys.exit("client_server: the fake NVML did not answer")
     registry = CollectorRegistry()

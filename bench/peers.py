@@ -12,9 +12,9 @@ deployed, the manifest's interval. In order:
 1. cold start to first data: spawn → first 200 /metrics naming every device, each exporter in
    turn, several times (the median is reported);
 2. all started once more and left running: VmRSS at first data (as deployed: once every GPU
-   pod is attributed), body bytes plain and gzip;
+   pod is attributed);
 3. all scraped once a second (gzip, as Prometheus asks) for a few minutes: the share of a core
-   each used, VmRSS every 10 s (is it flat?);
+   each used, VmRSS every 10 s (is it flat?); then body bytes plain and gzip;
 4. each in turn: its idle CPU rate without scrapes, then sequential scrapes plain and gzip;
    scrape CPU per request = (process CPU over the scrapes − idle rate × their time) ÷ N.
 
@@ -230,6 +230,7 @@ def _measure(
 ) -> Run:
     starts = cold_starts(all_peers, node, uuids, work, settings.cold_starts)
     first: dict[str, tuple[int, int, int, int]] = {}
+    rss_first: dict[str, int] = {}
     costs: dict[str, tuple[float, ScrapeCpu, ScrapeCpu]] = {}
     with ExitStack() as stack:
         servers = []
@@ -238,10 +239,13 @@ def _measure(
             wait_first_data(server, uuids)
             if peer.key == "deployed":
                 wait_attributed(server, deployed.held)
-            first[peer.key] = (procs.rss_bytes(server.pid), *bodies(server))
+            rss_first[peer.key] = procs.rss_bytes(server.pid)
             servers.append(server)
         log(f"all {len(servers)} at 1 scrape/s for {settings.steady_s:.0f} s")
         at_one_per_s = steady(servers, settings.steady_s, settings.rss_every_s)
+        for server in servers:
+            # after the window: series that need two readings (rates) are in every body by now
+            first[server.peer.key] = (rss_first[server.peer.key], *bodies(server))
         for server in servers:
             rate = idle_rate(server, settings.idle_s)
             plain = scrape_cpu(server, False, settings.scrape_s)
