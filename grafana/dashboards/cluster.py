@@ -192,7 +192,9 @@ def build(cfg: Config) -> Dashboard:
                 min=0,
                 stack=True,
                 description="Each pending GPU pod under the first reason that holds for it "
-                "(`kube-gpu-exporter explain -n NS POD` shows one pod's evidence).",
+                "(`kube-gpu-exporter explain -n NS POD` shows one pod's evidence); a pod only "
+                "Kueue's gates hold, under its Workload's reason: Kueue's own word, such as "
+                "`Pending`, while it queues for quota.",
             ),
             bargauge(
                 "Largest request that could schedule now",

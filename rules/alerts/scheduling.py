@@ -2,7 +2,10 @@
 
 Read from the cluster view (`kube-gpu-exporter cluster`, selected by `selectors.cluster_view`),
 which classifies every pending GPU pod by the first reason that holds: the reason is a label,
-so an alert says *why* the pods wait, not only that they do. The second part
+so an alert says *why* the pods wait, not only that they do. A pod only Kueue's gates hold
+carries its Workload's reason instead, Kueue's own word while it queues (an open set:
+`Pending`, `WaitingForQuota`, …): the pod alert selects the view's own words alone, so a queue
+wait is left to KubeGpuWorkloadPendingTooLong (queues.py). The second part
 (scheduling_disruptions.py) covers pods refused by quota and pods preempted.
 """
 
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from kube_gpu_exporter.exporter.catalog import cluster as k
 from kube_gpu_exporter.rules.alert_text import AlertText, in_cluster, label
@@ -39,6 +42,9 @@ NS = "namespace"
 PRODUCT_LABELS = ("resource", "gpu_product")
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPU = "nvidia.com/gpu"
+# Reasons Kueue gives a queued Workload (0.17's, then 0.19+'s), as a pod only its gates hold
+# carries them: the cases check that none of them pages as a stuck pod.
+KUEUE_REASONS = ("Pending", "WaitingForQuota", "ExceedsMaxQuota")
 
 
 PendingReason = Annotated[str, AfterValidator(one_of(tuple(k.PENDING_REASONS)))]
@@ -57,17 +63,34 @@ def explain_hint() -> str:
 
 class PendingTooLongAlert(AlertSettings):
     """`threshold`: the age of the namespace's oldest waiting GPU pod that is too long.
-    `ignore_reasons`: reasons that are a pod's normal state, not a fault: a Kueue-gated pod
-    waits for its queue to admit it, by design."""
+    `ignore_reasons`: reasons that are a pod's normal state, not a fault: a gated pod waits
+    for whoever set the gate (a Kueue-gated one, for its queue to admit it), by design."""
 
     for_: Duration = Field(default="5m", alias="for")
     threshold: PositiveDuration = "30m"
     ignore_reasons: tuple[PendingReason, ...] = (k.Reason.GATED.value,)
 
+    @model_validator(mode="after")
+    def _some_reason_left(self) -> PendingTooLongAlert:
+        # The rule selects the reasons left: none left would select every reason, Kueue's too.
+        if not alerting_reasons(self):
+            raise ValueError(
+                "ignore_reasons: leaves no reason to alert on; set `enabled: false` instead "
+                f"(got {list(self.ignore_reasons)!r})"
+            )
+        return self
+
+
+def alerting_reasons(a: PendingTooLongAlert) -> tuple[str, ...]:
+    """The view's own reasons the alert pages for: a fixed list, so that Kueue's reason words
+    (an open set, which the view gives a pod only Kueue holds while its Workload queues) are
+    never matched, and a queue wait pages once, as KubeGpuWorkloadPendingTooLong."""
+    return tuple(r.value for r in k.PENDING_REASONS if r.value not in a.ignore_reasons)
+
 
 def _oldest(q: Query, a: PendingTooLongAlert) -> str:
-    skip = (f'reason!~"{"|".join(a.ignore_reasons)}"',) if a.ignore_reasons else ()
-    return agg("max", (*q.cluster, NS, "reason"), q.view(k.PENDING_SECONDS, *skip))
+    ours = f'reason=~"{"|".join(alerting_reasons(a))}"'
+    return agg("max", (*q.cluster, NS, "reason"), q.view(k.PENDING_SECONDS, ours))
 
 
 def _pending_rule(a: PendingTooLongAlert, q: Query) -> AlertText:
@@ -82,7 +105,8 @@ def _pending_rule(a: PendingTooLongAlert, q: Query) -> AlertText:
 
 def _pending_case(a: PendingTooLongAlert, w: World) -> Case:
     """The ages are steady so that each sits on its side of the threshold for the whole case:
-    1 % past it fires, exactly at it does not, and an ignored reason never does."""
+    1 % past it fires, exactly at it does not, and an ignored reason never does, nor Kueue's
+    reason for a pod only its gates hold, however old."""
     limit = duration_seconds(a.threshold)
     n = minutes(a.for_) + 10
     over = just_over(limit)
@@ -93,6 +117,8 @@ def _pending_case(a: PendingTooLongAlert, w: World) -> Case:
         ("lab", k.Reason.TAINT_NOT_TOLERATED.value, limit / 2),
     ]
     ages += [("queued", reason, limit * 10) for reason in a.ignore_reasons]
+    # pods only Kueue holds, under their Workload's reason: Kueue's words are the queue alert's
+    ages += [("queued", reason, limit * 10) for reason in KUEUE_REASONS]
     series = tuple(
         s(k.PENDING_SECONDS, w.view(namespace=ns, reason=reason), steady(seconds, n))
         for ns, reason, seconds in ages
@@ -114,7 +140,11 @@ def _pending_runbook(a: PendingTooLongAlert, q: Query) -> Runbook:
             "node), `taint_not_tolerated`, `gpu_type_unavailable` (its GPU-type selector "
             "matches no node with room), `affinity_unmatched`, `insufficient_gpus`, or "
             "`other` (it fits a node on GPUs, CPU and memory; something the view does not "
-            f"model holds it: DRA claims, inter-pod affinity, volumes). Ignored: {ignored}."
+            f"model holds it: DRA claims, inter-pod affinity, volumes). Ignored: {ignored}. "
+            "A pod only Kueue's gates hold carries its Workload's reason: Kueue's own while "
+            "the Workload waits for quota (`Pending`, `WaitingForQuota`, …), which this alert "
+            "leaves to KubeGpuWorkloadPendingTooLong; one of the reasons above when no node "
+            "could ever run it, or its admitted pods cannot be placed."
         ),
         impact=(
             "The workload has not started: a training job misses its slot, an inference "
