@@ -27,7 +27,7 @@ ACTION_ALERTS: dict[ActionClass, str] = {v: k for k, v in ALERT_ACTIONS.items()}
 
 def _catalog_says(code: int) -> str:
     x = BY_CODE[code]
-    action = x.immediate_action or "no immediate action"
+    action = x.immediate_action
     extra = f", {x.investigatory_action}" if x.investigatory_action else ""
     alert = ACTION_ALERTS.get(x.action) if x.action else None
     where = f" ({alert} by default)" if alert else " (no alert by default)"
@@ -64,15 +64,17 @@ def xid_table(cfg: ConfigView) -> str:
         for code in settings.xids if settings.enabled else ():
             watchers.setdefault(code, []).append(name)
     rows = [
-        "| Xid | mnemonic | immediate action | investigatory action | alert | meaning |",
-        "|---|---|---|---|---|---|",
+        "| Xid | mnemonic | immediate action | investigatory action | if it recurs | alert "
+        "| meaning |",
+        "|---|---|---|---|---|---|---|",
     ]
     for x in XIDS:
         cells = (
             str(x.code),
             x.mnemonic or "—",
-            x.immediate_action or "— (not recorded)",
+            x.immediate_action,
             x.investigatory_action or "—",
+            x.investigator or "—",
             ", ".join(watchers.get(x.code, ())) or "none",
             x.meaning or x.name or "—",
         )

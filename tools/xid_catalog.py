@@ -9,12 +9,14 @@ underscores are ignored. Then:
 
     .venv/bin/python tools/xid_catalog.py SAVED.csv --checked YYYY-MM-DD
 
-rewrites the table: the catalog's columns from the saved file, every code of either file kept
-(a code the saved file lacks keeps its row and is reported), our own `name` and `description`
-columns untouched, the header's date set to --checked and its version raised by one. The
-table is loaded back before it is written, so an immediate action that no alert class knows
-fails here, and a person decides its class (exporter/catalog/xid.py). Each change is printed;
-review them, run `kube-gpu-exporter generate` (the alerts' default lists follow) and commit.
+rewrites the table: the catalog's columns from the saved file (where the page writes a sentence
+instead of an immediate-action bucket the table records NOTE, where it writes nothing NONE),
+every code of either file kept (a code the saved file lacks keeps its row and is reported), our
+own `name` and `description` columns untouched, the header's date set to --checked and its
+version raised by one. The table is loaded back before it is written, so an action (immediate
+or investigatory) that no class knows fails here, and a person decides its class
+(exporter/catalog/xid.py). Each change is printed; review them, run `kube-gpu-exporter
+generate` (the alerts' default lists follow) and commit.
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ def _architectures(fields: dict[str, str]) -> str:
     )
 
 
+def _bucket(cell: str) -> str:
+    """An immediate-action cell as the table records it: the catalog's bucket (RESET_GPU,
+    CHECK_APP/CUDA), or NOTE for a sentence, NONE for nothing: each is classed once in
+    exporter/catalog/xid.py rather than a sentence per code."""
+    if not cell:
+        return "NONE"
+    return cell if re.fullmatch(r"[A-Z0-9_/]+", cell) else "NOTE"
+
+
 def published(text: str) -> dict[int, dict[str, str]]:
     """The saved catalog's rows by code, with our column names."""
     rows: dict[int, dict[str, str]] = {}
@@ -60,6 +71,7 @@ def published(text: str) -> dict[int, dict[str, str]]:
         code = fields.get("xid", "")
         if code.isdigit():
             fields.setdefault("architectures", _architectures(fields))
+            fields["immediate_action"] = _bucket(fields.get("immediate_action", ""))
             rows[int(code)] = {c: fields.get(c, "") for c in CATALOG_COLUMNS}
     if not rows:
         raise SystemExit("no rows with an `Xid` column of numbers in the saved catalog")

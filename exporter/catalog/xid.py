@@ -6,8 +6,9 @@ what pages, and whom, follows NVIDIA's answer rather than a hand-kept list; the 
 compatibility layer reads the names, the runbooks the descriptions. A code added or
 reclassified in the table reaches all of them.
 
-An empty cell is a fact the table does not record yet: it stays empty (unknown), never a
-default.
+Every code the catalog publishes is a row, and every action it uses has a class: an action no
+class knows fails the load, so it is decided by a person, never defaulted. An empty cell is
+one the catalog leaves empty.
 """
 
 from __future__ import annotations
@@ -33,62 +34,97 @@ ACTION_CLASSES: Final[tuple[ActionClass, ...]] = (
     "ignore",
 )
 
-# The catalog's immediate actions → their class. WORKFLOW stands for any of the catalog's
-# WORKFLOW_* actions where the table does not record which; RECOVERY_ACTION is Xid 154's (the
-# action is the one NVML reports). An action not here fails the table's load: a person decides
-# its class.
-# WORKFLOW_XID_45 is the one workflow that asks nothing of the platform team: its workflow is
-# "not solo: IGNORE (follow other Xid)", and the catalog logs a 45 for any application abort
-# (Ctrl-C, SIGKILL, a GPU reset) and beside 94 and 95. As `workflow` it raised a warning for
-# every killed CUDA process; the Xid it follows raises its own alert.
+# Every immediate action the catalog uses → its class; an action not here fails the table's
+# load (and so `generate` and the refresh step): a person decides its class, here, and says why
+# in docs/xid-catalog.md. No prefix rule: a new WORKFLOW_* must be read before it pages.
+# - WORKFLOW_XID_45 asks nothing of the platform team: "not solo: IGNORE (follow other Xid)",
+#   and the catalog logs a 45 for any application abort; the Xid it follows alerts itself.
+# - CHECK_MECHANICALS (54), UPDATE_SWFW (78) and CHECK_UVM (159, "reset if UVM/vGPU is used,
+#   else ignore") ask the platform team for a step no counter can take for it: a workflow.
+# - CONTACT_SUPPORT as the immediate action (the unused codes, 142): nothing automatable, ask
+#   NVIDIA. NOTE and NONE are the refresh step's own words (tools/xid_catalog.py) where the
+#   catalog writes a sentence instead of a bucket (163-166, 168, 170) or nothing (162, 167,
+#   169, 171, 172): a person reads the entry.
 IMMEDIATE_CLASS: Final[Mapping[str, ActionClass]] = MappingProxyType(
     {
         "RESTART_APP": "restart_app",
         "RESET_GPU": "reset_gpu",
         "RESTART_BM": "reboot",
         "RESTART_VM": "reboot",
-        "WORKFLOW": "workflow",
+        "WORKFLOW_XID_48": "workflow",
+        "WORKFLOW_NVLINK_ERR": "workflow",
+        "WORKFLOW_NVLINK5_ERR": "workflow",
+        "XID_154": "workflow",
+        "CHECK_MECHANICALS": "workflow",
+        "UPDATE_SWFW": "workflow",
+        "CHECK_UVM": "workflow",
         "WORKFLOW_XID_45": "ignore",
-        "RECOVERY_ACTION": "workflow",
         "IGNORE": "ignore",
+        "CONTACT_SUPPORT": "investigate",
+        "NOTE": "investigate",
+        "NONE": "investigate",
+    }
+)
+
+# Who looks into a code that recurs or was not expected: the catalog's investigatory action is
+# for then ("if the issue reoccurs"), never for now, so it pages nobody and moves no code
+# between alerts; the runbooks' table says whose it is. `workload`: the application's owners;
+# `platform`: the platform team; `support`: a case with NVIDIA; `none`: follow the other Xid.
+Investigator = Literal["workload", "platform", "support", "none"]
+INVESTIGATORY_CLASS: Final[Mapping[str, Investigator]] = MappingProxyType(
+    {
+        "CHECK_APP/CUDA": "workload",
+        "WORKFLOW_XID_13": "workload",
+        "WORKFLOW_XID_31": "workload",
+        "XID_137_FLOW": "workload",
+        "INVESTIGATE_SW": "workload",
+        "INVESTIGATE_SW_USER": "workload",
+        "WORKFLOW_XID_48": "platform",
+        "WORKFLOW_NVLINK5_ERR": "platform",
+        "INVESTIGATE_LINK_SI": "platform",
+        "UPDATE_SWFW": "platform",
+        "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)": "platform",
+        "CONTACT_SUPPORT": "support",
+        "N/A; Unused": "support",
+        "IGNORE": "none",
+        "IGNORE (sympathetic)": "none",
+        "SYMPATHETIC_REPORT_SOLO": "none",
+        "N/A Informational only regarding another Xid": "none",
+        "": "none",
     }
 )
 
 
 def action_class(immediate: str) -> ActionClass | None:
-    """The class of a catalog's immediate action; every WORKFLOW_* named nowhere above is one
-    class (the runbook says to follow the code's entry). None for "" and for an action no class
-    knows."""
-    if immediate in IMMEDIATE_CLASS:
-        return IMMEDIATE_CLASS[immediate]
-    return IMMEDIATE_CLASS.get("WORKFLOW" if immediate.startswith("WORKFLOW_") else immediate)
+    """The class of a catalog's immediate action; None for one no class knows."""
+    return IMMEDIATE_CLASS.get(immediate)
 
 
 @dataclass(frozen=True, slots=True)
 class Xid:
     code: int
     mnemonic: str  # the catalog's, "" where not recorded
-    immediate_action: str  # the catalog's (IMMEDIATE_CLASS's keys), "" where not recorded
-    investigatory_action: str  # the catalog's (e.g. CONTACT_SUPPORT), "" where none recorded
+    immediate_action: str  # the catalog's bucket (IMMEDIATE_CLASS's keys)
+    investigatory_action: str  # the catalog's (INVESTIGATORY_CLASS's keys), "" where none
     architectures: str  # the catalog's, "" where not recorded
     name: str  # NVIDIA's short name: dcgm-exporter's `err_msg`; "" where not recorded
     meaning: str  # the runbooks' explanation, in our words; "" where not written
 
     @property
     def action(self) -> ActionClass | None:
-        """The class of what the catalog asks for: an ignored code that the catalog asks to
-        investigate with NVIDIA's support is `investigate`; None where nothing is recorded."""
-        if self.investigatory_action == "CONTACT_SUPPORT" and self.immediate_action in (
-            "",
-            "IGNORE",
-        ):
-            return "investigate"
+        """The class of the catalog's immediate action alone (an IGNORE asking CONTACT_SUPPORT
+        if it recurs is still ignored: see INVESTIGATORY_CLASS)."""
         return action_class(self.immediate_action)
+
+    @property
+    def investigator(self) -> Investigator | None:
+        """Who looks into the code if it recurs; None for an action no class knows."""
+        return INVESTIGATORY_CLASS.get(self.investigatory_action)
 
 
 def load(text: str) -> tuple[Xid, ...]:
     """The rows of a catalog table (comment lines start with `#`), checked: one row per code,
-    in ascending order, and only immediate actions the classes know."""
+    in ascending order, and only actions (immediate and investigatory) the classes know."""
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     rows = tuple(
         Xid(
@@ -105,11 +141,12 @@ def load(text: str) -> tuple[Xid, ...]:
     codes = [x.code for x in rows]
     if codes != sorted(set(codes)):
         raise ValueError(f"{TABLE}: codes must be unique and ascending")
-    unknown = {x.immediate_action for x in rows if x.immediate_action} - {
-        x.immediate_action for x in rows if action_class(x.immediate_action)
-    }
+    unknown = {x.immediate_action for x in rows if x.action is None}
     if unknown:
         raise ValueError(f"{TABLE}: unknown immediate actions {sorted(unknown)}")
+    unknown = {x.investigatory_action for x in rows if x.investigator is None}
+    if unknown:
+        raise ValueError(f"{TABLE}: unknown investigatory actions {sorted(unknown)}")
     return rows
 
 

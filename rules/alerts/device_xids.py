@@ -175,7 +175,10 @@ def _workflow_runbook(a: WorkflowXidAlert, q: Query) -> Runbook:
             a,
             "a workflow (`WORKFLOW_*`) rather than one action: what to do depends on what "
             "else the GPU reports. Xid 154 says that the GPU's recovery action changed: the "
-            "action is the one NVML reports (GPURecoveryActionRequired).",
+            "action is the one NVML reports (GPURecoveryActionRequired). Three codes ask for a "
+            "hands-on step: 54 (`CHECK_MECHANICALS`: the board's auxiliary power), 78 "
+            "(`UPDATE_SWFW`: a vGPU could not start) and 159 (`CHECK_UVM`: reset the GPU where "
+            "UVM or vGPU is used, else nothing).",
         ),
         impact=(
             "Depends on the code: a double-bit ECC error (48) killed the process that read "
@@ -232,11 +235,15 @@ def _investigate_runbook(a: InvestigateXidAlert, q: Query) -> Runbook:
     return Runbook(
         meaning=_meaning(
             a,
-            "nothing to do now, but investigate with NVIDIA's support (`CONTACT_SUPPORT`).",
+            "nothing automatable: the catalog's immediate action is `CONTACT_SUPPORT` (most "
+            "are codes no current GPU logs, so one seen is itself unexpected), or it answers "
+            "with a sentence (power smoothing 163-165, confidential computing 166 and 170, "
+            "168) or nothing (162, 167, 169, 171, 172) for a person to read.",
         ),
         impact=(
-            "None on the running work. A high single-bit ECC rate (92) may come before "
-            "uncorrectable errors and an RMA."
+            "Usually none on the running work. Power smoothing exhausted (165) lets power "
+            "swings reach the facility; 168 leaves the GPU with less memory until ECC is "
+            "enabled or the node boots again."
         ),
         diagnosis="\n\n".join(
             (
@@ -250,19 +257,21 @@ def _investigate_runbook(a: InvestigateXidAlert, q: Query) -> Runbook:
             )
         ),
         mitigation=(
-            "Nothing on the node now. Collect `nvidia-bug-report.sh` on the node and open a "
-            "case with NVIDIA (or the server's vendor); if uncorrectable errors follow "
-            "(GPUEccUncorrectable), treat it as they say."
+            "Read the code's entry in NVIDIA's Xid catalog ([xid-catalog.md](xid-catalog.md) "
+            "lists every code). For `CONTACT_SUPPORT`, collect `nvidia-bug-report.sh` on the "
+            "node and open a case with NVIDIA (or the server's vendor); if uncorrectable errors "
+            "follow (GPUEccUncorrectable), treat it as they say."
         ),
     )
 
 
 GPU_XID_INVESTIGATE = AlertSpec(
     name="GPUXidInvestigate",
-    summary="A GPU reported an Xid that NVIDIA's catalog asks to investigate with support.",
+    summary="A GPU reported an Xid that NVIDIA's catalog gives no automatable action for.",
     settings=InvestigateXidAlert,
     rule=xe.rule(
-        "investigate", "Nothing to do now; NVIDIA's Xid catalog says to contact its support."
+        "investigate",
+        "Nothing automatable; NVIDIA's Xid catalog says to contact its support or read its entry.",
     ),
     cases=xe.xid_case,
     runbook=_investigate_runbook,

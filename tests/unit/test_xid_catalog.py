@@ -5,7 +5,9 @@ The defaults once paged critical on 92 (the catalog: ignore, investigate) and 94
 application), called 109 the program's fault (the catalog: reset the GPU), and watched 46, 136,
 140, 143, 155 and 156 (reset the GPU) in no alert. Xid 45 then warned the platform team for
 every killed CUDA process: the catalog's WORKFLOW_XID_45 is "not solo: IGNORE (follow other
-Xid)", and it is logged for any application abort.
+Xid)", and it is logged for any application abort. Version 2 held 47 of the catalog's codes
+(110, a reset, among those missing) and let an investigatory CONTACT_SUPPORT turn an IGNORE into
+an alert; the catalog's investigatory action is for a code that recurs, never for now.
 """
 
 from __future__ import annotations
@@ -20,15 +22,33 @@ from kube_gpu_exporter.exporter.catalog import xid
 from kube_gpu_exporter.rules.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# The catalog's immediate actions, as read from NVIDIA's page on 2026-11-28.
+# The catalog's immediate actions, as read from NVIDIA's page on 2026-11-28 (codes 1-172).
+UNUSED = (1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 26, 27, 28, 29)
+UNUSED += (30, 33, 34, 35, 36, 42, 47, 49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 61, 65, 73, 81, 87)
+UNUSED += (90, 91, 111, 112, 113, 114, 115, 116, 117, 118, 122, 123, 124, 125, 138)
 CATALOG = {
-    "RESTART_APP": (8, 11, 13, 25, 31, 32, 39, 40, 41, 68, 69, 94),
-    "IGNORE": (14, 37, 38, 43, 44, 63, 92, 121),
-    "RESET_GPU": (46, 62, 64, 95, 109, 119, 120, 136, 140, 143, 155, 156, 158),
+    "RESTART_APP": (
+        *(8, 11, 13, 25, 31, 32, 39, 40, 41, 60, 68, 69, 70, 71, 72, 75, 76, 77, 80),
+        *(82, 83, 84, 85, 86, 88, 89, 94, *range(96, 106), *range(126, 136), 139),
+    ),
+    "IGNORE": (
+        *(14, 37, 38, 43, 44, 63, 66, 67, 92, 93, 106, 107, 108, 121, 137, 141, 152),
+        *(153, 157, 160, 161),
+    ),
+    "RESET_GPU": (46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158),
     "RESTART_BM": (79,),
     "RESTART_VM": (151,),
-    "WORKFLOW": (48, 74, 144, 145, 146, 147, 148, 149, 150),
     "WORKFLOW_XID_45": (45,),
+    "WORKFLOW_XID_48": (48,),
+    "WORKFLOW_NVLINK_ERR": (74,),
+    "WORKFLOW_NVLINK5_ERR": tuple(range(144, 151)),
+    "CHECK_MECHANICALS": (54,),
+    "UPDATE_SWFW": (78,),
+    "XID_154": (154,),
+    "CHECK_UVM": (159,),
+    "CONTACT_SUPPORT": (*UNUSED, 142),
+    "NOTE": (163, 164, 165, 166, 168, 170),  # the page writes a sentence
+    "NONE": (162, 167, 169, 171, 172),  # the page writes nothing
 }
 XID_ALERTS = (
     "GPUXidApplicationErrors",
@@ -64,7 +84,7 @@ def test_94_goes_to_the_workloads_owners() -> None:
     assert "critical" not in _severity(cfg, 94)
 
 
-@pytest.mark.parametrize("code", [109, 46, 136, 140, 143, 155, 156])
+@pytest.mark.parametrize("code", [109, 110, 46, 136, 140, 143, 155, 156])
 def test_these_codes_ask_for_a_reset(code: int) -> None:
     cfg = Config()
     assert code in cfg.alerts.GPUXidErrors.xids
@@ -77,13 +97,36 @@ def test_the_table_holds_the_catalogs_actions() -> None:
             assert xid.BY_CODE[code].immediate_action == action, code
     assert xid.BY_CODE[92].investigatory_action == "CONTACT_SUPPORT"
     assert xid.BY_CODE[121].investigatory_action == "CONTACT_SUPPORT"
-    assert xid.BY_CODE[154].immediate_action == "RECOVERY_ACTION"
+    assert xid.BY_CODE[110].mnemonic == "SEC_FAULT_ERROR"
+    assert xid.BY_CODE[110].architectures == "H100,B100,GB200"
     assert (xid.BY_CODE[92].mnemonic, xid.BY_CODE[94].mnemonic) == (
         "EXCESSIVE_SBE_INTERRUPTS",
         "ROBUST_CHANNEL_CONTAINED_ERROR",
     )
     assert xid.BY_CODE[109].mnemonic == "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR"
     assert xid.CATALOG_CHECKED == "2026-11-28"
+
+
+def test_the_table_holds_every_code_of_the_catalog() -> None:
+    codes = sorted(c for cs in CATALOG.values() for c in cs)
+    assert codes == list(range(1, 173))
+    assert [x.code for x in xid.XIDS] == codes
+
+
+def test_every_action_the_catalog_uses_has_a_class() -> None:
+    """Total both ways: each action of the table has a class, and each class entry is used
+    (docs/xid-catalog.md's table lists exactly these)."""
+    assert {x.immediate_action for x in xid.XIDS} == set(xid.IMMEDIATE_CLASS)
+    assert {x.investigatory_action for x in xid.XIDS} == set(xid.INVESTIGATORY_CLASS)
+    assert all(x.action is not None and x.investigator is not None for x in xid.XIDS)
+
+
+def test_an_investigatory_action_pages_nobody() -> None:
+    """IGNORE is ignored whatever the catalog says to look into if the code recurs."""
+    cfg = Config()
+    for code in (14, 43, 92, 121, 157):
+        assert xid.BY_CODE[code].action == "ignore"
+        assert _severity(cfg, code) == set(), code
 
 
 def test_every_catalog_xid_maps_to_one_alert_or_is_ignored() -> None:
@@ -114,15 +157,14 @@ def test_an_override_is_allowed_and_warned_about() -> None:
     )
     assert xid_warnings(cfg) == [
         "alerts.GPUXidApplicationErrors.xids: Xid 46: "
-        "NVIDIA's Xid catalog says RESET_GPU (GPUXidErrors by default)",
+        "NVIDIA's Xid catalog says RESET_GPU, CONTACT_SUPPORT (GPUXidErrors by default)",
         "alerts.GPUXidErrors.xids: Xid 46: also listed by GPUXidApplicationErrors",
         "alerts.GPUXidErrors.xids: Xid 79: "
-        "NVIDIA's Xid catalog says RESTART_BM (GPUXidRebootRequired by default)",
+        "NVIDIA's Xid catalog says RESTART_BM, CONTACT_SUPPORT (GPUXidRebootRequired by default)",
         "alerts.GPUXidErrors.xids: Xid 92: "
-        "NVIDIA's Xid catalog says IGNORE, CONTACT_SUPPORT (GPUXidInvestigate by default)",
+        "NVIDIA's Xid catalog says IGNORE, CONTACT_SUPPORT (no alert by default)",
         "alerts.GPUXidErrors.xids: Xid 999: not in NVIDIA's Xid catalog as this version records it",
         "alerts.GPUXidRebootRequired.xids: Xid 79: also listed by GPUXidErrors",
-        "alerts.GPUXidInvestigate.xids: Xid 92: also listed by GPUXidErrors",
     ]
 
 
@@ -143,7 +185,7 @@ def test_generate_prints_the_warning_and_goes_on(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (
         "warning: alerts.GPUXidApplicationErrors.xids: Xid 109: NVIDIA's Xid catalog says "
-        "RESET_GPU (GPUXidErrors by default)"
+        "RESET_GPU, CONTACT_SUPPORT (GPUXidErrors by default)"
     ) in done.stderr
     assert 'xid=~"109"' in (out / "rules.yaml").read_text()
 
@@ -152,6 +194,10 @@ def test_the_table_refuses_an_action_it_cannot_class() -> None:
     header = "xid,mnemonic,immediate_action,investigatory_action,architectures,name,description\n"
     with pytest.raises(ValueError, match="unknown immediate actions"):
         xid.load(header + "1,,REPLACE_BOARD,,,,\n")
+    with pytest.raises(ValueError, match="unknown investigatory actions"):
+        xid.load(header + "1,,IGNORE,ASK_A_FRIEND,,,\n")
+    with pytest.raises(ValueError, match="unknown immediate actions"):
+        xid.load(header + "1,,WORKFLOW_NEW,,,,\n")  # no prefix rule: a person reads it first
     with pytest.raises(ValueError, match="unique and ascending"):
         xid.load(header + "2,,IGNORE,,,,\n1,,IGNORE,,,,\n")
 
@@ -214,3 +260,32 @@ def test_the_refresh_step_reads_the_pages_own_headers() -> None:
         "architectures": "A100,H100,B100,GB200",
     }
     assert (rows[136]["immediate_action"], rows[136]["architectures"]) == ("RESET_GPU", "H100")
+
+
+def test_the_refresh_step_records_a_sentence_or_nothing_as_one_word() -> None:
+    """The page writes advice instead of a bucket for some codes (163), nothing for others."""
+    saved = (
+        "Code,Resolution Bucket (Immediate Action)\n"
+        "163,No GPU reset required. If power smoothing is desired ...\n162,\n79,RESTART_BM\n"
+        "11,CHECK_APP/CUDA\n"
+    )
+    rows = _tool().published(saved)
+    assert [rows[c]["immediate_action"] for c in (163, 162, 79, 11)] == [
+        "NOTE",
+        "NONE",
+        "RESTART_BM",
+        "CHECK_APP/CUDA",
+    ]
+
+
+def test_the_gpu_holds_what_the_catalog_asks() -> None:
+    """nvidia_gpu_action_required and the node condition read the same classes: a reset- or
+    reboot-class Xid holds its action on the GPU (110 since version 3), no other class does."""
+    from kube_gpu_exporter.exporter.exposition.health_action import xid_action
+
+    assert (xid_action(110), xid_action(79), xid_action(151)) == ("reset_gpu", "reboot", "reboot")
+    for code in (13, 45, 54, 78, 92, 142, 154, 159, 167):
+        assert xid_action(code) is None, code
+    for x in xid.XIDS:
+        held = x.action if x.action in ("reset_gpu", "reboot") else None
+        assert xid_action(x.code) == held, x.code
