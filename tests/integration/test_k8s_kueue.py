@@ -17,10 +17,27 @@ from typing import Any
 
 import pytest
 from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, install_v1beta1_only, run_kueue
+from kueue import Kueue, install_v1beta1_only
+from kueue_bench import (
+    GPU,
+    PRODUCT,
+    V1BETA2,
+    add_node,
+    add_queues,
+    cluster_queue_spec,
+    condition,
+    flavor_quota,
+    gpu_job,
+    gpu_pod_spec,
+    job_pods,
+    kueue_bench,
+    kueue_object,
+    wait_active,
+    wait_default_service_account,
+    workload_of,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
 from kube_gpu_exporter.exporter.cluster.kueue import (
     LOCAL_QUEUES,
     WORKLOADS,
@@ -37,24 +54,14 @@ from support import run_exporter, samples, values, wait_until
 
 pytestmark = pytest.mark.k8s
 
-GPU = "nvidia.com/gpu"
-V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
 V1BETA1 = "/apis/kueue.x-k8s.io/v1beta1"
 FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "gpu-h100", "gpu-cq", "gpu-lq"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Kueue]]:
-    with (
-        run_control_plane(
-            tmp_path_factory.mktemp("control-plane"),
-            scheduler=True,
-            controllers=("serviceaccount", "job", "garbagecollector"),
-        ) as plane,
-        run_kueue(plane, tmp_path_factory.mktemp("kueue")) as kueue,
-    ):
-        yield plane, kueue
+    with kueue_bench(tmp_path_factory.mktemp("kueue-bench")) as bench:
+        yield bench
 
 
 def _name(prefix: str) -> str:
@@ -64,113 +71,29 @@ def _name(prefix: str) -> str:
 def _namespace(plane: ControlPlane) -> str:
     name = _name("team")
     plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    wait_until(
-        lambda: (
-            plane.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200
-        ),
-        what="the namespace's default ServiceAccount",
-    )
+    wait_default_service_account(plane, name)
     return name
 
 
 def _queues(plane: ControlPlane, namespace: str, gpus: int) -> None:
     """A ResourceFlavor for the H100 nodes, a ClusterQueue with `gpus` of them, a LocalQueue."""
-    plane.ok(
-        "POST",
-        f"{V1BETA2}/resourceflavors",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": FLAVOR},
-            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-        },
-    )
-    plane.ok(
-        "POST",
-        f"{V1BETA2}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": CLUSTER_QUEUE},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": [GPU],
-                        "flavors": [
-                            {"name": FLAVOR, "resources": [{"name": GPU, "nominalQuota": gpus}]}
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    plane.ok(
-        "POST",
-        f"{V1BETA2}/namespaces/{namespace}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
-            "spec": {"clusterQueue": CLUSTER_QUEUE},
-        },
-    )
-
-    def active() -> bool:
-        cq = plane.ok("GET", f"{V1BETA2}/clusterqueues/{CLUSTER_QUEUE}")
-        conditions = (cq.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-    wait_until(active, what="the ClusterQueue Active")
+    where = {"nodeLabels": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}
+    plane.ok("POST", f"{V1BETA2}/resourceflavors", kueue_object("ResourceFlavor", FLAVOR, where))
+    spec = cluster_queue_spec(flavor_quota(FLAVOR, gpus))
+    add_queues(plane, namespace, CLUSTER_QUEUE, LOCAL_QUEUE, spec)
+    wait_active(plane, [CLUSTER_QUEUE])
 
 
 def _gpu_job(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "registry.invalid/train:1",
-                            "resources": {"limits": {GPU: str(gpus)}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
+    return gpu_job(name, LOCAL_QUEUE, gpu_pod_spec(gpus))
 
 
 def _workload_of(plane: ControlPlane, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
     """The Workload Kueue made for `job` (its owner reference is the Job)."""
-
-    def found() -> dict[str, Any] | None:
-        items = plane.ok("GET", f"{V1BETA2}/namespaces/{namespace}/workloads")["items"]
-        for workload in items:
-            owners = workload["metadata"].get("ownerReferences") or []
-            if any(o["uid"] == job["metadata"]["uid"] for o in owners):
-                return workload  # type: ignore[no-any-return]
-        return None
-
-    return wait_until(found, what=f"a Workload for Job {job['metadata']['name']}")
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == kind), None)
-
-
-def _pods(plane: ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
-    path = f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3D{job}"
-    return plane.ok("GET", path)["items"]  # type: ignore[no-any-return]
+    return wait_until(
+        lambda: workload_of(plane, namespace, uid=job["metadata"]["uid"]),
+        what=f"a Workload for Job {job['metadata']['name']}",
+    )
 
 
 def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
@@ -178,9 +101,7 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
 ) -> None:
     plane, kueue = bench
     for _ in range(2):
-        node = make_node(_name("h100"), 8)
-        del node["metadata"]["uid"]
-        plane.ok("POST", "/api/v1/nodes", node)
+        add_node(plane, _name("h100"), 8)
     namespace = _namespace(plane)
     _queues(plane, namespace, gpus=2)
     jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
@@ -196,11 +117,11 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
 
     def admitted() -> dict[str, Any] | None:
         wl = plane.ok("GET", first_path)
-        done = _condition(wl, "Admitted")
+        done = condition(wl, "Admitted")
         return wl if done and done["status"] == "True" else None
 
     wl = wait_until(admitted, what="the first Workload admitted")
-    reserved = _condition(wl, "QuotaReserved")
+    reserved = condition(wl, "QuotaReserved")
     assert reserved is not None and reserved["status"] == "True", wl["status"]
     admission = wl["status"]["admission"]
     assert admission["clusterQueue"] == CLUSTER_QUEUE
@@ -211,7 +132,7 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
         what="the admitted Job unsuspended",
     )
     pods = wait_until(
-        lambda: [p for p in _pods(plane, namespace, "fits") if p["spec"].get("nodeName")],
+        lambda: [p for p in job_pods(plane, namespace, "fits") if p["spec"].get("nodeName")],
         what="the admitted Job's pod bound by the scheduler",
     )
     assert pods[0]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, (
@@ -224,19 +145,19 @@ def test_kueue_admits_within_gpu_quota_and_holds_the_rest(
     path = f"{V1BETA2}/namespaces/{namespace}/workloads/{waiting['metadata']['name']}"
 
     def refused() -> dict[str, Any] | None:
-        condition = _condition(plane.ok("GET", path), "QuotaReserved")
-        return condition if condition and condition["status"] == "False" else None
+        found = condition(plane.ok("GET", path), "QuotaReserved")
+        return found if found and found["status"] == "False" else None
 
-    condition = wait_until(refused, what="the second Workload's QuotaReserved=False")
+    refusal = wait_until(refused, what="the second Workload's QuotaReserved=False")
     # Kueue v0.17.0's words (the reasons of 0.19+, WaitingForQuota …, are not in it yet)
-    assert condition["reason"] == "Pending", condition
-    assert condition["message"] == (
+    assert refusal["reason"] == "Pending", refusal
+    assert refusal["message"] == (
         "couldn't assign flavors to pod set main: insufficient unused quota for "
         f"{GPU} in flavor {FLAVOR}, 1 more needed"
-    ), condition
+    ), refusal
     assert plane.ok("GET", f"{jobs}/waits")["spec"]["suspend"] is True
-    assert _pods(plane, namespace, "waits") == []
-    assert _condition(plane.ok("GET", path), "Admitted") is None
+    assert job_pods(plane, namespace, "waits") == []
+    assert condition(plane.ok("GET", path), "Admitted") is None
 
     # the ClusterQueue's status follows on its own (Kueue updates it apart from the Workloads)
     def counted() -> dict[str, Any] | None:

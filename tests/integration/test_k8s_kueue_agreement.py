@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -27,7 +26,23 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, front_proxy_args, run_kueue
+from kueue import Kueue
+from kueue_bench import (
+    V1BETA2,
+    add_node,
+    add_queues,
+    cluster_queue_spec,
+    condition,
+    explain,
+    flavor_quota,
+    gpu_job,
+    gpu_pod_spec,
+    job_pods,
+    kueue_bench,
+    kueue_object,
+    wait_active,
+    workload_of,
+)
 from kueue_scenarios import (
     FAMILIES,
     GPU,
@@ -39,15 +54,13 @@ from kueue_scenarios import (
     generate,
 )
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import GPU_TAINT, make_node
-from support import exporter_command, wait_until
+from kube_gpu_exporter.demo.kube_api.cluster_objects import GPU_TAINT
+from support import wait_until
 
 pytestmark = pytest.mark.k8s
 
 SEED = 7
 PER_FAMILY = 10
-V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 DOC = Path(__file__).parents[2] / "docs" / "kueue-agreement.md"
 BEGIN, END = "<!-- BEGIN kueue-table -->", "<!-- END kueue-table -->"
@@ -58,14 +71,7 @@ PREEMPTING = "Pending the preemption of"
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Kueue]]:
-    with (
-        run_control_plane(
-            tmp_path_factory.mktemp("control-plane"),
-            scheduler=True,
-            controllers=("serviceaccount", "job", "garbagecollector"),
-        ) as plane,
-        run_kueue(plane, tmp_path_factory.mktemp("kueue")) as kueue,
-    ):
+    with kueue_bench(tmp_path_factory.mktemp("kueue-bench")) as (plane, kueue):
         for name, value in (("low", 100), ("high", 1000)):
             plane.ok(
                 "POST",
@@ -106,115 +112,45 @@ def _world(plane: ControlPlane, s: Scenario) -> None:
             spec["nodeTaints"] = [flavor.taint]
             if flavor.tolerates:
                 spec["tolerations"] = [{"key": flavor.taint["key"], "operator": "Exists"}]
-        plane.ok(
-            "POST",
-            f"{V1BETA2}/resourceflavors",
-            {"kind": "ResourceFlavor", "apiVersion": "kueue.x-k8s.io/v1beta2",
-             "metadata": {"name": s.pool(flavor.name)}, "spec": spec},
-        )  # fmt: skip
+        made = kueue_object("ResourceFlavor", s.pool(flavor.name), spec)
+        plane.ok("POST", f"{V1BETA2}/resourceflavors", made)
     taints = {f.name: f.taint for f in s.flavors}
     for number, (flavor, gpus, broken) in enumerate(s.nodes):
         extra = [taints[flavor]] if taints[flavor] else []
         if broken:
             extra.append({"key": f"{s.name}-broken", "effect": "NoSchedule"})
-        node = make_node(
+        add_node(
+            plane,
             f"{s.name}-n{number}",
             gpus,
             labels={POOL: s.pool(flavor)},
             taints=(GPU_TAINT, *extra),
         )
-        del node["metadata"]["uid"]
-        plane.ok("POST", "/api/v1/nodes", node)
     for queue in s.queues:
-        spec = {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {
-                    "coveredResources": [GPU],
-                    "flavors": [
-                        {
-                            "name": s.pool(f),
-                            "resources": [
-                                {
-                                    "name": GPU,
-                                    "nominalQuota": nominal,
-                                    **({"borrowingLimit": bl} if bl is not None else {}),
-                                    **({"lendingLimit": ll} if ll is not None else {}),
-                                }
-                            ],
-                        }
-                        for f, (nominal, bl, ll) in queue.flavors.items()
-                    ],
-                }
-            ],
-        }
+        spec = cluster_queue_spec(
+            *(flavor_quota(s.pool(f), *limits) for f, limits in queue.flavors.items())
+        )
         if queue.cohort:
             spec["cohortName"] = queue.cohort
         if queue.fungibility:
             spec["flavorFungibility"] = {"whenCanBorrow": queue.fungibility}
         if queue.preempt:
             spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
-        cq = f"{s.name}-{queue.name}"
-        plane.ok(
-            "POST",
-            f"{V1BETA2}/clusterqueues",
-            {"kind": "ClusterQueue", "apiVersion": "kueue.x-k8s.io/v1beta2",
-             "metadata": {"name": cq}, "spec": spec},
-        )  # fmt: skip
-        plane.ok(
-            "POST",
-            f"{V1BETA2}/namespaces/{s.name}/localqueues",
-            {"kind": "LocalQueue", "apiVersion": "kueue.x-k8s.io/v1beta2",
-             "metadata": {"name": f"lq-{queue.name}"}, "spec": {"clusterQueue": cq}},
-        )  # fmt: skip
+        add_queues(plane, s.name, f"{s.name}-{queue.name}", f"lq-{queue.name}", spec)
 
 
 def _job(s: Scenario, name: str, job: JobSpec) -> dict[str, Any]:
-    labels = {QUEUE_LABEL: f"lq-{job.queue}"}
-    if job.priority:
-        labels[PRIORITY_LABEL] = job.priority
-    tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
-    if job.tolerate:
-        tolerations.append({"key": job.tolerate, "operator": "Exists"})
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "tolerations": tolerations,
-        "containers": [
-            {
-                "name": "train",
-                "image": "registry.invalid/train:1",
-                "resources": {"limits": {GPU: str(job.gpus)}},
-            }
-        ],
-    }
-    if job.node_selector:
-        pod["nodeSelector"] = job.node_selector
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": s.name, "labels": labels},
-        "spec": {"parallelism": job.count, "completions": job.count, "template": {"spec": pod}},
-    }
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == kind), None)
-
-
-def _workload(plane: ControlPlane, ns: str, job: str) -> dict[str, Any] | None:
-    for workload in plane.ok("GET", f"{V1BETA2}/namespaces/{ns}/workloads")["items"]:
-        owners = workload["metadata"].get("ownerReferences") or []
-        if any(o.get("name") == job and o.get("kind") == "Job" for o in owners):
-            return workload  # type: ignore[no-any-return]
-    return None
+    labels = {PRIORITY_LABEL: job.priority} if job.priority else {}
+    tolerations = [{"key": job.tolerate, "operator": "Exists"}] if job.tolerate else []
+    pod = gpu_pod_spec(job.gpus, tolerations=tolerations, node_selector=job.node_selector)
+    return gpu_job(name, f"lq-{job.queue}", pod, job.count, namespace=s.name, labels=labels)
 
 
 def _decided(plane: ControlPlane, ns: str, job: str) -> dict[str, Any] | None:
     """The Workload once Kueue has said QuotaReserved either way, and is not waiting for the
     workloads it preempts to go (it admits once they have)."""
-    workload = _workload(plane, ns, job)
-    reserved = _condition(workload, "QuotaReserved") if workload else None
+    workload = workload_of(plane, ns, job=job)
+    reserved = condition(workload, "QuotaReserved")
     if not reserved or PREEMPTING in (reserved.get("message") or ""):
         return None
     return workload
@@ -223,28 +159,22 @@ def _decided(plane: ControlPlane, ns: str, job: str) -> dict[str, Any] | None:
 def _pods_settled(
     plane: ControlPlane, ns: str, job: str, count: int
 ) -> list[dict[str, Any]] | None:
-    path = f"/api/v1/namespaces/{ns}/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3D{job}"
-    pods = plane.ok("GET", path)["items"]
+    pods = job_pods(plane, ns, job)
     if len(pods) < count:
         return None
     for pod in pods:
-        scheduled = _condition(pod, "PodScheduled")
+        scheduled = condition(pod, "PodScheduled")
         if not pod["spec"].get("nodeName") and not (
             scheduled
             and scheduled["status"] == "False"
             and scheduled.get("reason") == "Unschedulable"
         ):
             return None
-    return pods  # type: ignore[no-any-return]
+    return pods
 
 
 def _predict(plane: ControlPlane, s: Scenario, manifest: Path) -> Said:
-    run = subprocess.run(
-        exporter_command("explain", "-f", str(manifest), f"--kubeconfig={plane.kubeconfig}"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = explain(plane, "-f", str(manifest))
     assert run.returncode in (0, 1), f"{s.name}: {run.returncode} {run.stderr}"
     out = run.stdout
     admitted = "would be admitted" in out or "admitted by quota" in out
@@ -266,22 +196,7 @@ def test_explain_agrees_with_kueue_and_the_scheduler(
     scenarios = generate(SEED, PER_FAMILY, tag)
     for s in scenarios:
         _world(plane, s)
-    wait_until(
-        lambda: all(
-            any(
-                c["type"] == "Active" and c["status"] == "True"
-                for c in (
-                    plane.ok("GET", f"{V1BETA2}/clusterqueues/{s.name}-{q.name}").get("status")
-                    or {}
-                ).get("conditions")
-                or []
-            )
-            for s in scenarios
-            for q in s.queues
-        ),
-        timeout=120,
-        what="every ClusterQueue Active",
-    )
+    wait_active(plane, [f"{s.name}-{q.name}" for s in scenarios for q in s.queues], timeout=120)
     # the Jobs already there: admitted one after another (each into a queue with room), settled
     for s in scenarios:
         for number, job in enumerate(s.background):
@@ -295,7 +210,7 @@ def test_explain_agrees_with_kueue_and_the_scheduler(
                 timeout=180,
                 what=f"{s.name}/bg{number} decided",
             )
-            reserved = _condition(workload, "QuotaReserved")
+            reserved = condition(workload, "QuotaReserved")
             assert reserved and reserved["status"] == "True", (s, workload["status"])
             wait_until(
                 lambda s=s, n=number, j=job: _pods_settled(plane, s.name, f"bg{n}", j.count),
@@ -320,7 +235,7 @@ def test_explain_agrees_with_kueue_and_the_scheduler(
         workload = wait_until(
             lambda s=s: _decided(plane, s.name, "candidate"), timeout=180, what=f"{s.name} decided"
         )
-        reserved = _condition(workload, "QuotaReserved") or {}
+        reserved = condition(workload, "QuotaReserved") or {}
         admitted = reserved.get("status") == "True"
         flavor, fits = "", False
         if admitted:
@@ -395,15 +310,6 @@ def _table(rows: dict[str, Counter[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _explain(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        exporter_command("explain", *args, f"--kubeconfig={plane.kubeconfig}"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_explain_names_a_job_or_its_workload(bench: tuple[ControlPlane, Kueue]) -> None:
     """`explain job/NAME` and `workload/NAME` on Jobs Kueue holds: one admitted (its pod
     bound), one waiting with Kueue's own words, its position unknown (the visibility API is
@@ -417,20 +323,20 @@ def test_explain_names_a_job_or_its_workload(bench: tuple[ControlPlane, Kueue]) 
     jobs = f"/apis/batch/v1/namespaces/{s.name}/jobs"
     plane.ok("POST", jobs, _job(s, "first", JobSpec("cq", 2)))
     first = wait_until(lambda: _decided(plane, s.name, "first"), timeout=120, what="first decided")
-    assert (_condition(first, "QuotaReserved") or {}).get("status") == "True"
+    assert (condition(first, "QuotaReserved") or {}).get("status") == "True"
     wait_until(lambda: _pods_settled(plane, s.name, "first", 1), timeout=120, what="first's pod")
     plane.ok("POST", jobs, _job(s, "second", JobSpec("cq", 1)))
     second = wait_until(lambda: _decided(plane, s.name, "second"), timeout=120, what="second")
-    assert (_condition(second, "QuotaReserved") or {}).get("status") == "False"
+    assert (condition(second, "QuotaReserved") or {}).get("status") == "False"
 
-    admitted = _explain(plane, "job/first", "-n", s.name)
+    admitted = explain(plane, "job/first", "-n", s.name)
     assert admitted.returncode == 0, admitted.stdout + admitted.stderr
     assert f"LocalQueue lq-cq → ClusterQueue {s.name}-cq" in admitted.stdout
     assert "QuotaReserved=True" in admitted.stdout
     assert f"admitted by Kueue in {s.name}-a for {GPU}" in admitted.stdout
 
     for target in ("job/second", f"workload/{second['metadata']['name']}"):
-        waiting = _explain(plane, target, "-n", s.name)
+        waiting = explain(plane, target, "-n", s.name)
         assert waiting.returncode == 1, waiting.stdout + waiting.stderr
         assert "QuotaReserved=False Pending: couldn't assign flavors" in waiting.stdout
         assert "position: unknown (visibility API not served)" in waiting.stdout
@@ -443,7 +349,7 @@ def test_explain_names_a_job_or_its_workload(bench: tuple[ControlPlane, Kueue]) 
             )
         ), waiting.stdout
 
-    missing = _explain(plane, "job/absent", "-n", s.name)
+    missing = explain(plane, "job/absent", "-n", s.name)
     assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr == f"kube-gpu-exporter: error: job {s.name}/absent not found\n"
 
@@ -451,9 +357,7 @@ def test_explain_names_a_job_or_its_workload(bench: tuple[ControlPlane, Kueue]) 
 def test_without_kueue_a_queued_job_is_its_pod_template(tmp_path: Path) -> None:
     """No Kueue in the cluster: one note line, then the pod template's plain explain."""
     with run_control_plane(tmp_path / "plane", scheduler=True) as plane:
-        node = make_node("h100-0", 8)
-        del node["metadata"]["uid"]
-        plane.ok("POST", "/api/v1/nodes", node)
+        add_node(plane, "h100-0", 8)
         s = Scenario("none", "team", [], [], [], [], JobSpec("cq", 2))
         plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": s.name}})
         wait_until(
@@ -465,7 +369,7 @@ def test_without_kueue_a_queued_job_is_its_pod_template(tmp_path: Path) -> None:
         )
         manifest = tmp_path / "job.yaml"
         manifest.write_text(yaml.safe_dump(_job(s, "train", s.candidate)))
-        said = _explain(plane, "-f", str(manifest))
+        said = explain(plane, "-f", str(manifest))
         assert said.returncode == 0, said.stdout + said.stderr
         assert said.stderr == (
             "kube-gpu-exporter: note: the Job names LocalQueue lq-cq but the cluster serves no "
@@ -473,7 +377,7 @@ def test_without_kueue_a_queued_job_is_its_pod_template(tmp_path: Path) -> None:
         )
         assert said.stdout.startswith(f"pod {s.name}/train (not created yet) requests")
         assert "would schedule" in said.stdout
-        absent = _explain(plane, "workload/w", "-n", s.name)
+        absent = explain(plane, "workload/w", "-n", s.name)
         assert absent.returncode == 2
         assert "serves no kueue.x-k8s.io API" in absent.stderr
 
@@ -481,37 +385,21 @@ def test_without_kueue_a_queued_job_is_its_pod_template(tmp_path: Path) -> None:
 def test_a_waiting_job_s_position_from_kueue_s_visibility_api(tmp_path: Path) -> None:
     """Kueue's visibility API served (aggregated by the API server): explain names the
     waiting Workload's position in its LocalQueue and ClusterQueue, as Kueue reports it."""
-    with (
-        run_control_plane(
-            tmp_path / "plane",
-            scheduler=True,
-            controllers=("serviceaccount", "job", "garbagecollector"),
-            extra_apiserver_args=front_proxy_args(tmp_path / "front-proxy"),
-        ) as plane,
-        run_kueue(plane, tmp_path / "kueue", visibility=True) as kueue,
-    ):
+    with kueue_bench(tmp_path, visibility=True) as (plane, kueue):
         assert kueue.visibility_port is not None
         s = Scenario(
             "cli", "seen", [FlavorSpec("a")], [("a", 4, False)],
             [QueueSpec("cq", {"a": (1, None, None)})], [], JobSpec("cq", 1),
         )  # fmt: skip
         _world(plane, s)
-        wait_until(
-            lambda: any(
-                c["type"] == "Active" and c["status"] == "True"
-                for c in plane.ok("GET", f"{V1BETA2}/clusterqueues/seen-cq")
-                .get("status", {})
-                .get("conditions", [])
-            ),
-            what="the ClusterQueue Active",
-        )
+        wait_active(plane, ["seen-cq"])
         jobs = f"/apis/batch/v1/namespaces/{s.name}/jobs"
         plane.ok("POST", jobs, _job(s, "first", JobSpec("cq", 1)))
         wait_until(lambda: _decided(plane, s.name, "first"), timeout=120, what="first")
         for name in ("second", "third"):
             plane.ok("POST", jobs, _job(s, name, JobSpec("cq", 1)))
             wait_until(lambda n=name: _decided(plane, s.name, n), timeout=120, what=name)
-        third = _workload(plane, s.name, "third")
+        third = workload_of(plane, s.name, job="third")
         assert third is not None
         listed = plane.ok(
             "GET",
@@ -523,6 +411,6 @@ def test_a_waiting_job_s_position_from_kueue_s_visibility_api(tmp_path: Path) ->
             for w in listed["items"]
         }
         assert positions[third["metadata"]["name"]] == (1, 1), positions
-        said = _explain(plane, "job/third", "-n", s.name)
+        said = explain(plane, "job/third", "-n", s.name)
         assert said.returncode == 1, said.stdout + said.stderr
         assert "position: 1 in its LocalQueue, 1 in its ClusterQueue (0 is next)" in said.stdout

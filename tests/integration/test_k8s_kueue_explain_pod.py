@@ -23,105 +23,64 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, run_kueue
+from control_plane import ControlPlane
+from kueue_bench import (
+    GPU_TOLERATION,
+    PRODUCT,
+    QUEUE_LABEL,
+    V1BETA2,
+    add_node,
+    add_queues,
+    cluster_queue_spec,
+    condition,
+    explain,
+    flavor_quota,
+    gpu_job,
+    gpu_pod_spec,
+    job_pods,
+    kueue_bench,
+    kueue_object,
+    wait_active,
+    wait_default_service_account,
+    workload_of,
+)
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100, make_node
-from support import exporter_command, wait_until
+from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100
+from support import wait_until
 
 pytestmark = pytest.mark.k8s
 
-GPU = "nvidia.com/gpu"
-V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRODUCT = "nvidia.com/gpu.product"
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 DEDICATED = {"key": "dedicated", "value": "a100", "effect": "NoSchedule"}
 NAMESPACE = "queued"
 KUEUE_GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 QUEUES = {"cq-zero": ("h100", 0), "cq-h100": ("h100", 4), "cq-a100": ("a100", 4)}
 
 
-def _kueue_object(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": kind,
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def _active(plane: ControlPlane, queue: str) -> bool:
-    cq = plane.ok("GET", f"{V1BETA2}/clusterqueues/{queue}")
-    conditions = (cq.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with (
-        run_control_plane(
-            tmp_path_factory.mktemp("control-plane"),
-            scheduler=True,
-            controllers=("serviceaccount", "job", "garbagecollector"),
-        ) as plane,
-        run_kueue(
-            plane, tmp_path_factory.mktemp("kueue"), integrations=("batch/job", "pod")
-        ) as kueue,
+    with kueue_bench(tmp_path_factory.mktemp("kueue-bench"), integrations=("batch/job", "pod")) as (
+        plane,
+        kueue,
     ):
-        assert isinstance(kueue, Kueue) and kueue.version == "v0.17.0"
-        for node in (
-            make_node("h100-0", 4, product=H100),
-            make_node("a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED)),
-        ):
-            del node["metadata"]["uid"]
-            plane.ok("POST", "/api/v1/nodes", node)
+        assert kueue.version == "v0.17.0"
+        add_node(plane, "h100-0", 4, product=H100)
+        add_node(plane, "a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED))
         for flavor, product in (("h100", H100), ("a100", A100)):
             where = {"nodeLabels": {PRODUCT: product}, "tolerations": [GPU_TOLERATION]}
             plane.ok(
-                "POST", f"{V1BETA2}/resourceflavors", _kueue_object("ResourceFlavor", flavor, where)
+                "POST", f"{V1BETA2}/resourceflavors", kueue_object("ResourceFlavor", flavor, where)
             )
         plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         for queue, (flavor, gpus) in QUEUES.items():
-            group = {"name": flavor, "resources": [{"name": GPU, "nominalQuota": gpus}]}
-            spec = {
-                "namespaceSelector": {},
-                "resourceGroups": [{"coveredResources": [GPU], "flavors": [group]}],
-            }
-            plane.ok("POST", f"{V1BETA2}/clusterqueues", _kueue_object("ClusterQueue", queue, spec))
-            local = _kueue_object("LocalQueue", _local(queue), {"clusterQueue": queue})
-            plane.ok("POST", f"{V1BETA2}/namespaces/{NAMESPACE}/localqueues", local)
-        for queue in QUEUES:
-            wait_until(lambda q=queue: _active(plane, q), what=f"ClusterQueue {queue} Active")
-        wait_until(
-            lambda: (
-                plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")[0]
-                == 200
-            ),
-            what="the namespace's default ServiceAccount",
-        )
+            spec = cluster_queue_spec(flavor_quota(flavor, gpus))
+            add_queues(plane, NAMESPACE, queue, _local(queue), spec)
+        wait_active(plane, list(QUEUES))
+        wait_default_service_account(plane, NAMESPACE)
         yield plane
 
 
 def _local(queue: str) -> str:
     return queue.replace("cq-", "lq-")
-
-
-def _pod_spec(gates: tuple[str, ...] = ()) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "tolerations": [GPU_TOLERATION],
-        "containers": [
-            {
-                "name": "train",
-                "image": "registry.invalid/train:1",
-                "resources": {"limits": {GPU: "1"}},
-            }
-        ],
-    }
-    if gates:
-        spec["schedulingGates"] = [{"name": gate} for gate in gates]
-    return spec
 
 
 def _plain_pod(plane: ControlPlane, queue: str, gates: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -131,33 +90,23 @@ def _plain_pod(plane: ControlPlane, queue: str, gates: tuple[str, ...] = ()) -> 
         f"/api/v1/namespaces/{NAMESPACE}/pods",
         {
             "metadata": {"name": name, "labels": {QUEUE_LABEL: _local(queue)}},
-            "spec": _pod_spec(gates),
+            "spec": gpu_pod_spec(1, gates=gates),
         },
     )
 
 
 def _workload_of(plane: ControlPlane, uid: str) -> dict[str, Any] | None:
     """The Workload an owner (a plain pod, a Job) owns, once Kueue has decided on it."""
-    for workload in plane.ok("GET", f"{V1BETA2}/namespaces/{NAMESPACE}/workloads")["items"]:
-        owners = {o.get("uid") for o in workload["metadata"].get("ownerReferences") or []}
-        conditions = (workload.get("status") or {}).get("conditions") or []
-        if uid in owners and any(c["type"] == "QuotaReserved" for c in conditions):
-            return workload  # type: ignore[no-any-return]
-    return None
+    workload = workload_of(plane, NAMESPACE, uid=uid)
+    return workload if condition(workload, "QuotaReserved") else None
 
 
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == kind), {})
+    return condition(obj, kind) or {}
 
 
 def _explain(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        exporter_command("explain", *args, "-n", NAMESPACE, f"--kubeconfig={plane.kubeconfig}"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return explain(plane, *args, "-n", NAMESPACE)
 
 
 def test_a_pod_kueue_gates_is_explained_by_its_workload(plane: ControlPlane) -> None:
@@ -222,20 +171,14 @@ def test_an_admitted_job_s_pod_that_cannot_be_placed_names_its_workload(
     made = plane.ok(
         "POST",
         f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": job, "labels": {QUEUE_LABEL: "lq-a100"}},
-            "spec": {"template": {"spec": _pod_spec()}},
-        },
+        gpu_job(job, "lq-a100", gpu_pod_spec(1)),
     )
     workload = wait_until(
         lambda: _workload_of(plane, made["metadata"]["uid"]), timeout=90, what="the Job's Workload"
     )
-    path = f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=job-name%3D{job}"
 
     def unschedulable() -> str:
-        for pod in plane.ok("GET", path)["items"]:
+        for pod in job_pods(plane, NAMESPACE, job):
             scheduled = _condition(pod, "PodScheduled")
             if scheduled.get("reason") == "Unschedulable":
                 return str(pod["metadata"]["name"])

@@ -30,9 +30,27 @@ from typing import Any
 
 import pytest
 from control_plane import ControlPlane, run_control_plane
-from kueue import Kueue, install_v1beta1_only, run_kueue
+from kueue import Kueue, install_v1beta1_only
+from kueue_bench import (
+    GPU,
+    GPU_TOLERATION,
+    PRODUCT,
+    QUEUE_LABEL,
+    V1BETA2,
+    add_node,
+    add_queues,
+    cluster_queue_spec,
+    flavor_quota,
+    gpu_job,
+    gpu_pod_spec,
+    job_pods,
+    kueue_bench,
+    kueue_object,
+    wait_active,
+    wait_default_service_account,
+)
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100, make_node
+from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100
 from kube_gpu_exporter.exporter.cluster.kueue import served_version
 from kube_gpu_exporter.exporter.cluster.kueue_objects import (
     Flavor,
@@ -47,11 +65,6 @@ from support import run_exporter, samples, values, wait_until
 
 pytestmark = pytest.mark.k8s
 
-GPU = "nvidia.com/gpu"
-V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRODUCT = "nvidia.com/gpu.product"
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 DEDICATED = {"key": "dedicated", "value": "a100", "effect": "NoSchedule"}
 NAMESPACE = "research"
 # ClusterQueue → (flavor, nominal GPUs, cohort, preemption within the queue)
@@ -69,36 +82,16 @@ Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Kueue]]:
-    with (
-        run_control_plane(
-            tmp_path_factory.mktemp("control-plane"),
-            scheduler=True,
-            controllers=("serviceaccount", "job", "garbagecollector"),
-        ) as plane,
-        run_kueue(
-            plane, tmp_path_factory.mktemp("kueue"), integrations=("batch/job", "pod")
-        ) as kueue,
-    ):
-        yield plane, kueue
-
-
-def _kueue_object(kind: str, name: str, spec: dict[str, Any], **meta: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": kind,
-        "metadata": {"name": name, **meta},
-        "spec": spec,
-    }
+    with kueue_bench(
+        tmp_path_factory.mktemp("kueue-bench"), integrations=("batch/job", "pod")
+    ) as bench:
+        yield bench
 
 
 def _setup(plane: ControlPlane) -> None:
     for index in range(2):
-        node = make_node(f"h100-{index}", 4, product=H100)
-        del node["metadata"]["uid"]
-        plane.ok("POST", "/api/v1/nodes", node)
-    node = make_node("a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED))
-    del node["metadata"]["uid"]
-    plane.ok("POST", "/api/v1/nodes", node)
+        add_node(plane, f"h100-{index}", 4, product=H100)
+    add_node(plane, "a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED))
     for name, value in (("low", 100), ("high", 1000)):
         plane.ok(
             "POST",
@@ -107,61 +100,23 @@ def _setup(plane: ControlPlane) -> None:
         )
     for flavor, product in (("h100", H100), ("a100", A100)):
         where = {"nodeLabels": {PRODUCT: product}, "tolerations": [GPU_TOLERATION]}
-        made = _kueue_object("ResourceFlavor", flavor, where)
+        made = kueue_object("ResourceFlavor", flavor, where)
         plane.ok("POST", f"{V1BETA2}/resourceflavors", made)
-    plane.ok("POST", f"{V1BETA2}/cohorts", _kueue_object("Cohort", "research", {}))
+    plane.ok("POST", f"{V1BETA2}/cohorts", kueue_object("Cohort", "research", {}))
     plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     for queue, (flavor, gpus, cohort, preemption) in QUEUES.items():
-        resources = [{"name": GPU, "nominalQuota": gpus}]
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {"coveredResources": [GPU], "flavors": [{"name": flavor, "resources": resources}]}
-            ],
-        }
+        spec = cluster_queue_spec(flavor_quota(flavor, gpus))
         if cohort:
             spec["cohortName"] = cohort
         if preemption:
             spec["preemption"] = {"withinClusterQueue": preemption}
-        plane.ok("POST", f"{V1BETA2}/clusterqueues", _kueue_object("ClusterQueue", queue, spec))
-        local = _kueue_object("LocalQueue", _local(queue), {"clusterQueue": queue})
-        plane.ok("POST", f"{V1BETA2}/namespaces/{NAMESPACE}/localqueues", local)
-    for queue in QUEUES:
-        wait_until(lambda q=queue: _active(plane, q), what=f"ClusterQueue {queue} Active")
-    wait_until(
-        lambda: (
-            plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")[0]
-            == 200
-        ),
-        what="the namespace's default ServiceAccount",
-    )
+        add_queues(plane, NAMESPACE, queue, _local(queue), spec)
+    wait_active(plane, list(QUEUES))
+    wait_default_service_account(plane, NAMESPACE)
 
 
 def _local(queue: str) -> str:
     return queue.replace("cq-", "lq-")
-
-
-def _active(plane: ControlPlane, queue: str) -> bool:
-    cq = plane.ok("GET", f"{V1BETA2}/clusterqueues/{queue}")
-    conditions = (cq.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-
-def _pod_spec(gpus: int, priority: str = "") -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "tolerations": [GPU_TOLERATION],
-        "containers": [
-            {
-                "name": "train",
-                "image": "registry.invalid/train:1",
-                "resources": {"limits": {GPU: str(gpus)}},
-            }
-        ],
-    }
-    if priority:
-        spec["priorityClassName"] = priority
-    return spec
 
 
 def _job(plane: ControlPlane, queue: str, gpus: int, priority: str = "") -> str:
@@ -169,19 +124,9 @@ def _job(plane: ControlPlane, queue: str, gpus: int, priority: str = "") -> str:
     plane.ok(
         "POST",
         f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": name, "labels": {QUEUE_LABEL: _local(queue)}},
-            "spec": {"template": {"spec": _pod_spec(gpus, priority)}},
-        },
+        gpu_job(name, _local(queue), gpu_pod_spec(gpus, priority=priority)),
     )
     return name
-
-
-def _job_pods(plane: ControlPlane, job: str) -> list[dict[str, Any]]:
-    path = f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=job-name%3D{job}"
-    return [p for p in plane.ok("GET", path)["items"] if not p["metadata"].get("deletionTimestamp")]
 
 
 def _scrape(exporter: Any) -> Series:
@@ -224,7 +169,10 @@ def test_cluster_view_on_kueue_flavors_cohorts_admissions_preemptions_and_reason
         # borrowing from the cohort: admitted on the lender's quota, its pod bound
         borrower = _job(plane, "cq-borrower", 2)
         [pod] = wait_until(
-            lambda: [p for p in _job_pods(plane, borrower) if p["spec"].get("nodeName")] or None,
+            lambda: (
+                [p for p in job_pods(plane, NAMESPACE, borrower) if p["spec"].get("nodeName")]
+                or None
+            ),
             timeout=90,
             what="the borrowing Job's pod bound",
         )
@@ -242,7 +190,9 @@ def test_cluster_view_on_kueue_flavors_cohorts_admissions_preemptions_and_reason
         # a high priority preempts a low one within cq-prio
         low = _job(plane, "cq-prio", 2, "low")
         wait_until(
-            lambda: [p for p in _job_pods(plane, low) if p["spec"].get("nodeName")] or None,
+            lambda: (
+                [p for p in job_pods(plane, NAMESPACE, low) if p["spec"].get("nodeName")] or None
+            ),
             timeout=90,
             what="the low-priority Job's pod bound",
         )
@@ -281,7 +231,9 @@ def test_cluster_view_on_kueue_flavors_cohorts_admissions_preemptions_and_reason
             1,
             cluster_queue="cq-a100",
         )
-        [pod] = wait_until(lambda: _job_pods(plane, a100) or None, what="the A100 Job's pod")
+        [pod] = wait_until(
+            lambda: job_pods(plane, NAMESPACE, a100) or None, what="the A100 Job's pod"
+        )
         assert pod["spec"]["nodeSelector"] == {PRODUCT: A100}, "the flavor's labels, by Kueue"
         pod_labels = {"namespace": NAMESPACE, "pod": pod["metadata"]["name"]}
         _served(exporter, "the A100 pod tied", "kube_gpu_queue_pod_info", 1, **pod_labels)
@@ -315,7 +267,7 @@ def test_cluster_view_on_kueue_flavors_cohorts_admissions_preemptions_and_reason
             f"/api/v1/namespaces/{NAMESPACE}/pods",
             {
                 "metadata": {"name": plain, "labels": {QUEUE_LABEL: "lq-zero"}},
-                "spec": _pod_spec(1),
+                "spec": gpu_pod_spec(1),
             },
         )
         gates = [g["name"] for g in made["spec"].get("schedulingGates") or []]
