@@ -10,23 +10,26 @@ namespace holds the bridge's other end).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 from control_plane import ControlPlane
-from prometheus_operator import pod_view, prometheus_config
-from real_binaries import real_components, require
+from prometheus_operator import check_with_promtool, pod_view, prometheus_config
+from real_binaries import real_components
 
 from prometheus_server import BUILT, Prometheus, binaries_of, start_prometheus, stop_prometheus
 from support import free_port, wait_until
 
 
-def create(plane: ControlPlane, namespace: str, name: str, selector: dict[str, str]) -> None:
+def create(
+    plane: ControlPlane, namespace: str, name: str, selector: dict[str, str], **spec: Any
+) -> None:
     """A Prometheus selecting ServiceMonitors of every namespace by `selector` (as
-    kube-prometheus-stack's `release` label), discovering through EndpointSlices."""
+    kube-prometheus-stack's `release` label), discovering through EndpointSlices; `spec`
+    adds to its spec (rules, alerting, an evaluation interval)."""
     plane.ok(
         "POST",
         f"/apis/monitoring.coreos.com/v1/namespaces/{namespace}/prometheuses",
@@ -39,6 +42,7 @@ def create(plane: ControlPlane, namespace: str, name: str, selector: dict[str, s
                 "serviceDiscoveryRole": "EndpointSlice",
                 "serviceMonitorSelector": {"matchLabels": selector},
                 "serviceMonitorNamespaceSelector": {},
+                **spec,
             },
         },
     )
@@ -48,7 +52,9 @@ def create(plane: ControlPlane, namespace: str, name: str, selector: dict[str, s
 def run_managed(
     plane: ControlPlane, namespace: str, name: str, job: str, workdir: Path
 ) -> Iterator[Prometheus]:
-    """Prometheus on the operator's configuration for `name`, once it holds `job`."""
+    """Prometheus on the operator's configuration for `name`, once it holds `job`; its rule
+    files under `workdir/rules`, where the caller writes the ConfigMaps as the pod mounts them
+    (prometheus_operator.write_rule_files)."""
     config = wait_until(
         lambda: (c := prometheus_config(plane, namespace, name)) and job in c and c,
         timeout=90,
@@ -57,10 +63,7 @@ def run_managed(
     workdir.mkdir(parents=True, exist_ok=True)
     runnable = pod_view(config, plane, workdir / "rules", f"prometheus-{name}-0")
     (workdir / "prometheus.yaml").write_text(yaml.safe_dump(runnable))
-    check = subprocess.run(
-        [str(require("promtool")), "check", "config", str(workdir / "prometheus.yaml")],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    check = check_with_promtool(workdir / "prometheus.yaml")
     assert check.returncode == 0, check.stdout + check.stderr
     server = start_prometheus(
         workdir / "prometheus.yaml",

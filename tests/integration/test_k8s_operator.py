@@ -36,13 +36,12 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
+from managed_prometheus import create, run_managed
 from netns_host import netns_host
 from prometheus_operator import (
     alertmanager_config,
     host_address,
     install_all_crds,
-    pod_view,
-    prometheus_config,
     rule_files,
     run_operator,
     write_rule_files,
@@ -50,7 +49,7 @@ from prometheus_operator import (
 from real_binaries import real_components, require
 
 from kube_gpu_exporter.exporter.generate.helm_chart import CHART_DIR
-from prometheus_server import BUILT, binaries_of, ready, start_prometheus, stop_prometheus
+from prometheus_server import BUILT, binaries_of, ready
 from support import free_port, run_exporter, wait_until
 from webhook_receiver import Webhook
 
@@ -216,34 +215,17 @@ def create_alertmanager(
 def create_prometheus(plane: ControlPlane) -> None:
     """A Prometheus selecting ServiceMonitors and PrometheusRules of every namespace by the
     release label (kube-prometheus-stack's defaults), alerting its Alertmanager's Service."""
-    selector = {"matchLabels": {"release": RELEASE}}
-    plane.ok(
-        "POST",
-        _monitoring("Prometheus", MONITORING),
-        {
-            "apiVersion": "monitoring.coreos.com/v1",
-            "kind": "Prometheus",
-            "metadata": {"name": PROMETHEUS},
-            "spec": {
-                "version": "v" + real_components.prometheus_release(real_components.PROMETHEUS),
-                "serviceDiscoveryRole": "EndpointSlice",
-                "evaluationInterval": "2s",
-                "serviceMonitorSelector": selector,
-                "serviceMonitorNamespaceSelector": {},
-                "ruleSelector": selector,
-                "ruleNamespaceSelector": {},
-                "alerting": {
-                    "alertmanagers": [
-                        {
-                            "namespace": MONITORING,
-                            "name": f"alertmanager-{ALERTMANAGER}",
-                            "port": "web",
-                            "apiVersion": "v2",
-                        }
-                    ]
-                },
-            },
-        },
+    selector = {"release": RELEASE}
+    alertmanager = {"namespace": MONITORING, "name": f"alertmanager-{ALERTMANAGER}"}
+    create(
+        plane,
+        MONITORING,
+        PROMETHEUS,
+        selector,
+        evaluationInterval="2s",
+        ruleSelector={"matchLabels": selector},
+        ruleNamespaceSelector={},
+        alerting={"alertmanagers": [{**alertmanager, "port": "web", "apiVersion": "v2"}]},
     )
 
 
@@ -344,11 +326,6 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
             alertmanager_service(plane, int(am_url.rsplit(":", 1)[1]))
 
             create_prometheus(plane)
-            config = wait_until(
-                lambda: (c := prometheus_config(plane, MONITORING, PROMETHEUS)) and JOB in c and c,
-                60,
-                f"the operator's Prometheus configuration with {JOB}",
-            )
             files = wait_until(
                 lambda: (f := rule_files(plane, MONITORING, PROMETHEUS)) and any(f.values()) and f,
                 60,
@@ -359,25 +336,9 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
             mounted = [yaml.safe_load(t) for d in files.values() for t in d.values()]
             assert [g for m in mounted for g in m["groups"]] == ours["spec"]["groups"]
 
-            rules_dir = tmp_path / "rules"
-            write_rule_files(files, rules_dir)
-            runnable = pod_view(config, plane, rules_dir, f"prometheus-{PROMETHEUS}-0")
             workdir = tmp_path / "prometheus"
-            workdir.mkdir()
-            (workdir / "prometheus.yaml").write_text(yaml.safe_dump(runnable))
-            check = subprocess.run(
-                [str(require("promtool")), "check", "config", str(workdir / "prometheus.yaml")],
-                capture_output=True, text=True, timeout=120, check=False,
-            )  # fmt: skip
-            assert check.returncode == 0, check.stdout + check.stderr
-            prom = start_prometheus(
-                workdir / "prometheus.yaml",
-                workdir / "data",
-                free_port(),
-                workdir / "prometheus.log",
-                generation=binaries_of(BUILT),
-            )
-            try:
+            write_rule_files(files, workdir / "rules")
+            with run_managed(plane, MONITORING, PROMETHEUS, JOB, workdir) as prom:
                 # the ServiceMonitor's interval is 30s: the first scrape comes within one
                 (up,) = prom.wait_for('up{job="kube-gpu-exporter"} == 1', timeout=90)
                 # the ServiceMonitor's relabeling: the node's name, the rules' node label
@@ -411,8 +372,6 @@ def test_our_objects_become_scrape_config_rules_and_delivered_alerts(
                     )
 
                 wait_until(inhibited, 30, "GPUXidErrors inhibited by GPULost")
-            finally:
-                stop_prometheus(prom)
     finally:
         for proc in procs:
             proc.terminate()
