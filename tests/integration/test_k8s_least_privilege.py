@@ -26,6 +26,7 @@ import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
 from operator_crds import install_crds
+from service_account_token import mint_token, token_kubeconfig
 
 from cluster_objects import make_gpu_pod, make_node
 from kubelet_server import FakeKubelet, container, devices, kubelet_args, pod
@@ -140,23 +141,6 @@ def _accounts() -> dict[str, tuple[str, str]]:
     }
 
 
-def _token(plane: ControlPlane, namespace: str, account: str) -> str:
-    minted = plane.ok(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    return str(minted["status"]["token"])
-
-
-def _kubeconfig(plane: ControlPlane, path: Path, token: str) -> Path:
-    config = yaml.safe_load(plane.kubeconfig.read_text())
-    config["users"][0]["user"] = {"token": token}
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
-
-
 def _allowed(plane: ControlPlane, user: str) -> set[tuple[str, str, str]]:
     """What RBAC lets `user` do, cluster-wide, over the probe matrix: SubjectAccessReview."""
     allowed = set()
@@ -192,7 +176,7 @@ def test_each_service_account_may_do_exactly_what_its_command_needs(
     assert _allowed(plane, user) == needs
 
     # the token itself, on the wire: its own review agrees, and beyond it is 403
-    token = _token(plane, namespace, account)
+    token = mint_token(plane, namespace, account)
     own = plane.ok(
         "POST",
         "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -238,7 +222,9 @@ devices:
 
 def test_serve_works_with_the_node_exporters_token(plane: ControlPlane, tmp_path: Path) -> None:
     namespace, account = _accounts()["node"]
-    kubeconfig = _kubeconfig(plane, tmp_path / "node.kubeconfig", _token(plane, namespace, account))
+    kubeconfig = token_kubeconfig(
+        plane, tmp_path / "node.kubeconfig", mint_token(plane, namespace, account)
+    )
     plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "lab"}})
     obj = make_gpu_pod("notebook", 1, "lab", node=NODE)
     for key in ("uid", "creationTimestamp"):
@@ -272,8 +258,8 @@ def test_cluster_and_explain_work_with_the_cluster_views_token(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
     namespace, account = _accounts()["cluster"]
-    token = _token(plane, namespace, account)
-    kubeconfig = _kubeconfig(plane, tmp_path / "cluster.kubeconfig", token)
+    token = mint_token(plane, namespace, account)
+    kubeconfig = token_kubeconfig(plane, tmp_path / "cluster.kubeconfig", token)
     plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "ml"}})
     node = make_node("gpu-a", gpus=2)
     node["metadata"].pop("uid")

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from control_plane import ControlPlane, run_control_plane
+from service_account_token import mint_token, token_kubeconfig
 from test_helm_chart import rendered_objects
 from test_k8s_least_privilege import apply
 
@@ -118,21 +119,7 @@ def _pod_bound_token(plane: ControlPlane, account: str) -> str:
     created = plane.ok("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
     bound = {"kind": "Pod", "apiVersion": "v1", "name": "exporter-x"}
     bound["uid"] = created["metadata"]["uid"]
-    minted = plane.ok(
-        "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-         "spec": {"boundObjectRef": bound}},
-    )  # fmt: skip
-    return str(minted["status"]["token"])
-
-
-def _kubeconfig(plane: ControlPlane, path: Path, token: str) -> Path:
-    config = yaml.safe_load(plane.kubeconfig.read_text())
-    config["users"][0]["user"] = {"token": token}
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
+    return mint_token(plane, NAMESPACE, account, bound)
 
 
 def _condition(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -179,7 +166,7 @@ def test_condition_and_taint_follow_the_gpus_and_touch_nothing_else(
     assert review["status"]["userInfo"]["extra"][NODE_EXTRA] == [NODE], review
     # the policy is in force once the API server has loaded it (seconds after it was applied)
     wait_until(lambda: _write_other(plane, token)[0] == 403, what="the admission policy")
-    kubeconfig = _kubeconfig(plane, tmp_path / "exporter.kubeconfig", token)
+    kubeconfig = token_kubeconfig(plane, tmp_path / "exporter.kubeconfig", token)
     before = plane.ok("GET", f"/api/v1/nodes/{NODE}")
     state = Path(nvml_env["FAKE_NVML_STATE"])
     write_state(state, scenario(1))  # NVML_GPU_RECOVERY_ACTION_GPU_RESET
@@ -290,12 +277,8 @@ def test_a_denied_write_is_counted_and_logged_once(
     plane.ok(
         "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": account}}
     )
-    minted = plane.ok(
-        "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    kubeconfig = _kubeconfig(plane, tmp_path / "denied.kubeconfig", minted["status"]["token"])
+    token = mint_token(plane, NAMESPACE, account)
+    kubeconfig = token_kubeconfig(plane, tmp_path / "denied.kubeconfig", token)
     write_state(Path(nvml_env["FAKE_NVML_STATE"]), scenario(1))
     args = [
         "--collector.interval=200ms", "--kubelet.pod-resources-socket=", "--path.sysfs=",
