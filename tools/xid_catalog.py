@@ -121,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", args.checked):
         parser.error("--checked: YYYY-MM-DD")
     table = Path(args.table)
-    catalog = published(Path(args.saved).read_text(encoding="utf-8-sig"))
+    try:
+        saved = Path(args.saved).read_text(encoding="utf-8-sig")
+    except OSError as exc:  # a path typed wrong: one line, not a traceback
+        parser.error(f"{args.saved}: {exc.strerror}")
+    catalog = published(saved)
     try:
         text, changes = merged(table.read_text(encoding="utf-8"), catalog, args.checked)
     except ValueError as exc:

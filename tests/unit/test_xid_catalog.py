@@ -289,3 +289,9 @@ def test_the_gpu_holds_what_the_catalog_asks() -> None:
     for x in xid.XIDS:
         held = x.action if x.action in ("reset_gpu", "reboot") else None
         assert xid_action(x.code) == held, x.code
+
+
+def test_the_refresh_step_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as done:
+        _tool().main([str(tmp_path / "none.csv"), "--checked", "2027-01-02"])
+    assert done.value.code == 2
