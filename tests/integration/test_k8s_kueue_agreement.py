@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -398,7 +400,12 @@ def test_a_waiting_job_s_position_from_kueue_s_visibility_api(tmp_path: Path) ->
         wait_until(lambda: _decided(plane, s.name, "first"), timeout=120, what="first")
         for name in ("second", "third"):
             plane.ok("POST", jobs, _job(s, name, JobSpec("cq", 1)))
-            wait_until(lambda n=name: _decided(plane, s.name, n), timeout=120, what=name)
+            made = wait_until(lambda n=name: _decided(plane, s.name, n), timeout=120, what=name)
+            # Kueue orders a queue by creation time, in whole seconds, and a tie by uid: the
+            # next Job is created in a later second, or the two positions are a coin toss
+            stamp = made["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+            created = datetime.fromisoformat(stamp).timestamp()
+            wait_until(lambda c=created: time.time() >= c + 1, what=f"a second after {name}")
         third = workload_of(plane, s.name, job="third")
         assert third is not None
         listed = plane.ok(
