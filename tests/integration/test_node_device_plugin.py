@@ -43,6 +43,9 @@ MIG_GPU = 3
 ALLOCATED = "nvidia_gpu_allocation_info"
 ADVERTISED = "nvidia_gpu_node_advertised_devices"
 MIXED = {"version": "v1", "flags": {"migStrategy": "mixed"}}
+MIGS = ("nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-1g.5gb")
+# what MIXED advertises of node_gpus.yaml: the four whole GPUs, one of each MIG instance
+MIXED_RESOURCES = {"nvidia.com/gpu": "4", **dict.fromkeys(MIGS, "1")}
 SHARED = {
     **MIXED,
     "sharing": {
@@ -63,7 +66,27 @@ def gpus_state(xids: Mapping[int, tuple[int, ...]] | None = None) -> NodeState:
     return dataclasses.replace(state, devices=devices)
 
 
-def _wait_resources(node: RealNode, expected: Mapping[str, str], what: str) -> None:
+def fake_gpus(tmp_path: Path, fake_nvml_dir: Path) -> tuple[NodeState, Path, dict[str, str]]:
+    """The node's GPUs at 0 s, written to the state file the fake NVML reads (a test rewrites
+    it to change them), and the environment that loads that NVML in a process."""
+    state = gpus_state()
+    state_file = tmp_path / "nvml-state"
+    write_state(state_file, state)
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
+    return state, state_file, env
+
+
+def whole_gpus(state: NodeState) -> set[str]:
+    """The UUIDs of the GPUs not in MIG mode: what `nvidia.com/gpu` allocates."""
+    return {d.uuid for d in state.devices if not d.mig}
+
+
+def mig_2g(state: NodeState) -> str:
+    """The UUID of the MIG GPU's 2g.10gb instance: what `nvidia.com/mig-2g.10gb` allocates."""
+    return next(m.uuid for m in state.devices[MIG_GPU].mig if m.profile == "2g.10gb")
+
+
+def wait_resources(node: RealNode, expected: Mapping[str, str], what: str) -> None:
     def reached() -> bool:
         allocatable = node.allocatable()
         return all(allocatable.get(name) == count for name, count in expected.items())
@@ -102,32 +125,25 @@ def _container_env(node: RealNode, pod: str) -> dict[str, str]:
 
 
 def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Path) -> None:
-    state_file = tmp_path / "nvml-state"
-    state = gpus_state()
-    write_state(state_file, state)
-    nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
-    whole = {d.uuid for d in state.devices if not d.mig}
-    mig_2g = next(m.uuid for m in state.devices[MIG_GPU].mig if m.profile == "2g.10gb")
+    state, state_file, nvml_env = fake_gpus(tmp_path, fake_nvml_dir)
+    whole, mig = whole_gpus(state), mig_2g(state)
     with (
         run_control_plane(tmp_path / "plane") as plane,
         run_node(plane, tmp_path / "node") as node,
         run_plugin(tmp_path / "plugin", nvml_env, MIXED),
     ):
-        migs = ("nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-1g.5gb")
-        _wait_resources(
-            node, {"nvidia.com/gpu": "4", **dict.fromkeys(migs, "1")}, "the plugin's resources"
-        )
+        wait_resources(node, MIXED_RESOURCES, "the plugin's resources")
         node.pod("whole", resources={"limits": {"nvidia.com/gpu": 1}})
         node.pod("mig", resources={"limits": {"nvidia.com/mig-2g.10gb": 1}})
         node.wait_pod_phase("whole")
         node.wait_pod_phase("mig")
 
         listed = _devices_by_pod(node)
-        assert listed["mig"] == {"nvidia.com/mig-2g.10gb": [mig_2g]}
+        assert listed["mig"] == {"nvidia.com/mig-2g.10gb": [mig]}
         (gpu,) = listed["whole"]["nvidia.com/gpu"]
         assert gpu in whole
         assert _container_env(node, "whole")["NVIDIA_VISIBLE_DEVICES"] == gpu
-        assert _container_env(node, "mig")["NVIDIA_VISIBLE_DEVICES"] == mig_2g
+        assert _container_env(node, "mig")["NVIDIA_VISIBLE_DEVICES"] == mig
 
         # the exporter (a process here, over the same fake NVML) reads the real kubelet
         socket = f"--kubelet.pod-resources-socket={node.pod_resources_socket}"
@@ -136,7 +152,7 @@ def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Pat
             def attributed(parsed: Samples) -> bool:
                 return bool(
                     values(parsed, ALLOCATED, pod="whole", uuid=gpu, resource="nvidia.com/gpu")
-                    and values(parsed, ALLOCATED, pod="mig", uuid=mig_2g)
+                    and values(parsed, ALLOCATED, pod="mig", uuid=mig)
                     and values(parsed, ADVERTISED, resource="nvidia.com/gpu") == [4.0]
                 )
 
@@ -144,28 +160,25 @@ def test_mixed_strategy_allocation_and_health(tmp_path: Path, fake_nvml_dir: Pat
 
         # a critical Xid on GPU 0 and on the MIG GPU; the application's Xid 13 on GPU 1
         write_state(state_file, gpus_state({0: (79,), MIG_GPU: (79,), 1: (13,)}))
-        _wait_resources(
-            node, {"nvidia.com/gpu": "3", **dict.fromkeys(migs, "0")}, "unhealthy devices dropped"
+        wait_resources(
+            node, {"nvidia.com/gpu": "3", **dict.fromkeys(MIGS, "0")}, "unhealthy devices dropped"
         )
         time.sleep(3)  # the Xid 13 came with the others: nothing more is dropped after
         allocatable, capacity = node.allocatable(), node.node()["status"]["capacity"]
         assert allocatable["nvidia.com/gpu"] == "3"
         assert capacity["nvidia.com/gpu"] == "4"
-        assert all(capacity[m] == "1" for m in migs)
+        assert all(capacity[m] == "1" for m in MIGS)
 
 
 def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
-    state_file = tmp_path / "nvml-state"
-    state = gpus_state()
-    write_state(state_file, state)
-    nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
-    whole = {d.uuid for d in state.devices if not d.mig}
+    state, _, nvml_env = fake_gpus(tmp_path, fake_nvml_dir)
+    whole = whole_gpus(state)
     with (
         run_control_plane(tmp_path / "plane") as plane,
         run_node(plane, tmp_path / "node") as node,
         run_plugin(tmp_path / "plugin", nvml_env, SHARED) as plugin_log,
     ):
-        _wait_resources(
+        wait_resources(
             node,
             {"nvidia.com/gpu.shared": "16", "nvidia.com/mig-1g.5gb": "1"},
             "four replicas of each whole GPU",
@@ -185,7 +198,7 @@ def test_time_slicing_replicas(tmp_path: Path, fake_nvml_dir: Path) -> None:
             timeout=60,
             what="the plugin registered again",
         )
-        _wait_resources(node, {"nvidia.com/gpu.shared": "16"}, "the replicas back")
+        wait_resources(node, {"nvidia.com/gpu.shared": "16"}, "the replicas back")
         # the new kubelet lists the pod once it has read its checkpoint back: polled
         wait_until(
             lambda: _devices_by_pod(node).get("sliced") == {"nvidia.com/gpu.shared": [replica]},

@@ -32,9 +32,17 @@ from control_plane import run_control_plane
 from device_plugin import run_plugin
 from real_binaries import real_components, require
 from real_node import RealNode, run_node
-from test_node_device_plugin import ADVERTISED, ALLOCATED, MIG_GPU, MIXED, gpus_state
+from test_node_device_plugin import (
+    ADVERTISED,
+    ALLOCATED,
+    MIXED,
+    MIXED_RESOURCES,
+    fake_gpus,
+    mig_2g,
+    wait_resources,
+    whole_gpus,
+)
 
-from fakenvml import write_state
 from kube_gpu_exporter.exporter.kubelet.v1 import api_pb2, api_pb2_grpc
 from support import Samples, run_exporter, values, wait_until
 
@@ -89,14 +97,8 @@ def _advertised(parsed: Samples) -> dict[str, int]:
 
 
 def test_older_kubelet_pod_resources(tmp_path: Path, fake_nvml_dir: Path) -> None:
-    state_file = tmp_path / "nvml-state"
-    state = gpus_state()
-    write_state(state_file, state)
-    nvml_env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_STATE": str(state_file)}
-    whole = {d.uuid for d in state.devices if not d.mig}
-    mig_2g = next(m.uuid for m in state.devices[MIG_GPU].mig if m.profile == "2g.10gb")
-    migs = ("nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-1g.5gb")
-    resources = {"nvidia.com/gpu": "4", **dict.fromkeys(migs, "1")}
+    state, _, nvml_env = fake_gpus(tmp_path, fake_nvml_dir)
+    whole, mig = whole_gpus(state), mig_2g(state)
     with (
         run_control_plane(tmp_path / "plane") as plane,
         run_node(plane, tmp_path / "node", kubelet_version=OLDER) as node,
@@ -107,11 +109,7 @@ def test_older_kubelet_pod_resources(tmp_path: Path, fake_nvml_dir: Path) -> Non
             OLDER,
             real_components.K8S,
         )
-        wait_until(
-            lambda: all(node.allocatable().get(r) == n for r, n in resources.items()),
-            timeout=90,
-            what="the plugin's resources on the older kubelet",
-        )
+        wait_resources(node, MIXED_RESOURCES, "the plugin's resources on the older kubelet")
         node.pod("whole", resources={"limits": {"nvidia.com/gpu": 1}})
         node.pod("mig", resources={"limits": {"nvidia.com/mig-2g.10gb": 1}})
         for pod in PODS:
@@ -123,13 +121,13 @@ def test_older_kubelet_pod_resources(tmp_path: Path, fake_nvml_dir: Path) -> Non
         assert gpu in whole
         assert allocations == {
             ("default", "whole", "main", "nvidia.com/gpu", gpu),
-            ("default", "mig", "main", "nvidia.com/mig-2g.10gb", mig_2g),
+            ("default", "mig", "main", "nvidia.com/mig-2g.10gb", mig),
         }
         allocatable = _ask(node, "GetAllocatableResources", api_pb2.AllocatableResourcesRequest())
         advertised = Counter(
             d.resource_name for d in allocatable.devices for _ in d.device_ids
         )  # fmt: skip
-        assert advertised == {r: int(n) for r, n in resources.items()}
+        assert advertised == {r: int(n) for r, n in MIXED_RESOURCES.items()}
 
         # what this kubelet does not know (pod-level resources, 1.37's fields 4 and 5) is empty;
         # no DRA claims; Get answers each pod as List does
