@@ -9,7 +9,7 @@ what is under test is what Kueue and the scheduler make of them."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,10 @@ from typing import Any
 from control_plane import ControlPlane, run_control_plane
 from kueue import Kueue, front_proxy_args, run_kueue
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import make_node
+from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100, make_node
+from kube_gpu_exporter.exporter.cluster.kueue import served_version
+from kube_gpu_exporter.exporter.kubernetes.client import api_client
+from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
 from support import exporter_command, wait_until
 
 GPU = "nvidia.com/gpu"
@@ -25,6 +28,8 @@ V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRODUCT = "nvidia.com/gpu.product"
 GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+# the A100 node's own taint, which its flavor does not tolerate (nor do the Jobs)
+DEDICATED = {"key": "dedicated", "value": "a100", "effect": "NoSchedule"}
 
 
 @contextmanager
@@ -105,6 +110,21 @@ def add_node(plane: ControlPlane, name: str, gpus: int, **kwargs: Any) -> None:
     node = make_node(name, gpus, **kwargs)
     del node["metadata"]["uid"]
     plane.ok("POST", "/api/v1/nodes", node)
+
+
+def h100_and_a100(plane: ControlPlane, h100_nodes: int) -> None:
+    """`h100_nodes` H100 nodes of 4 GPUs and an A100 node of 4 also tainted DEDICATED (all
+    with the GPU Operator's taint), and ResourceFlavors `h100` and `a100` selecting them by
+    product, tolerating the GPU taint, not DEDICATED: a flavor Kueue admits to whose pods no
+    node takes."""
+    for index in range(h100_nodes):
+        add_node(plane, f"h100-{index}", 4, product=H100)
+    add_node(plane, "a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED))
+    for flavor, product in (("h100", H100), ("a100", A100)):
+        where = {"nodeLabels": {PRODUCT: product}, "tolerations": [GPU_TOLERATION]}
+        plane.ok(
+            "POST", f"{V1BETA2}/resourceflavors", kueue_object("ResourceFlavor", flavor, where)
+        )
 
 
 def wait_default_service_account(plane: ControlPlane, namespace: str) -> None:
@@ -211,3 +231,30 @@ def explain(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=120,
     )
+
+
+def listed_once(
+    plane: ControlPlane, parsers: Mapping[str, Callable[[dict[str, Any]], Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """What the cluster view's ListWatches of `parsers`' resources hold once each has listed
+    (every one served and up), on the version the server serves first, and those versions."""
+    client = api_client(str(plane.kubeconfig))
+    held: dict[str, dict[str, Any]] = {}
+    requests = {r: served_version(client.lister, r) for r in parsers}
+    watches = [
+        ListWatch(r, requests[r], parsers[r], lambda objs, r=r: held.__setitem__(r, dict(objs)))
+        for r in parsers
+    ]
+    for watch in watches:
+        watch.start()
+    try:
+        wait_until(
+            lambda: len(held) == len(parsers) and all(w.up for w in watches),
+            what=f"{', '.join(parsers)} listed",
+        )
+        assert all(w.served for w in watches)
+        return held, {r: request.version for r, request in requests.items()}
+    finally:
+        for watch in watches:
+            watch.stop()
+        client.close()

@@ -32,6 +32,7 @@ from kueue_bench import (
     job_pods,
     kueue_bench,
     kueue_object,
+    listed_once,
     wait_active,
     wait_default_service_account,
     workload_of,
@@ -251,28 +252,13 @@ def _created(obj: dict[str, Any]) -> float:
 
 def _kueue_watched(plane: ControlPlane, version: str = "v1beta2") -> dict[str, dict[str, Any]]:
     """Kueue's Workloads and LocalQueues as two ListWatches hold them once listed."""
-    client = api_client(str(plane.kubeconfig))
-    held: dict[str, dict[str, Any]] = {}
-    requests = {r: served_version(client.lister, r) for r in (WORKLOADS, LOCAL_QUEUES)}
     parsers = {
         WORKLOADS: lambda obj: parse_workload(obj, ClusterSettings()),
         LOCAL_QUEUES: parse_local_queue,
     }
-    watches = [
-        ListWatch(r, requests[r], parsers[r], lambda objs, r=r: held.__setitem__(r, dict(objs)))
-        for r in requests
-    ]
-    for watch in watches:
-        watch.start()
-    try:
-        wait_until(lambda: len(held) == 2 and all(w.up for w in watches), what="both listed")
-        assert all(w.served for w in watches)
-        assert {r.version for r in requests.values()} == {version}
-        return held
-    finally:
-        for watch in watches:
-            watch.stop()
-        client.close()
+    held, versions = listed_once(plane, parsers)
+    assert set(versions.values()) == {version}
+    return held
 
 
 def test_without_kueue_nothing_is_watched_and_nothing_fails(

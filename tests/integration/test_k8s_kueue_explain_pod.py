@@ -25,11 +25,7 @@ from typing import Any
 import pytest
 from control_plane import ControlPlane
 from kueue_bench import (
-    GPU_TOLERATION,
-    PRODUCT,
     QUEUE_LABEL,
-    V1BETA2,
-    add_node,
     add_queues,
     cluster_queue_spec,
     condition,
@@ -37,20 +33,18 @@ from kueue_bench import (
     flavor_quota,
     gpu_job,
     gpu_pod_spec,
+    h100_and_a100,
     job_pods,
     kueue_bench,
-    kueue_object,
     wait_active,
     wait_default_service_account,
     workload_of,
 )
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100
 from support import wait_until
 
 pytestmark = pytest.mark.k8s
 
-DEDICATED = {"key": "dedicated", "value": "a100", "effect": "NoSchedule"}
 NAMESPACE = "queued"
 KUEUE_GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 QUEUES = {"cq-zero": ("h100", 0), "cq-h100": ("h100", 4), "cq-a100": ("a100", 4)}
@@ -63,13 +57,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         kueue,
     ):
         assert kueue.version == "v0.17.0"
-        add_node(plane, "h100-0", 4, product=H100)
-        add_node(plane, "a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED))
-        for flavor, product in (("h100", H100), ("a100", A100)):
-            where = {"nodeLabels": {PRODUCT: product}, "tolerations": [GPU_TOLERATION]}
-            plane.ok(
-                "POST", f"{V1BETA2}/resourceflavors", kueue_object("ResourceFlavor", flavor, where)
-            )
+        h100_and_a100(plane, h100_nodes=1)
         plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         for queue, (flavor, gpus) in QUEUES.items():
             spec = cluster_queue_spec(flavor_quota(flavor, gpus))

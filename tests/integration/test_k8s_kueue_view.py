@@ -37,21 +37,21 @@ from kueue_bench import (
     PRODUCT,
     QUEUE_LABEL,
     V1BETA2,
-    add_node,
     add_queues,
     cluster_queue_spec,
     flavor_quota,
     gpu_job,
     gpu_pod_spec,
+    h100_and_a100,
     job_pods,
     kueue_bench,
     kueue_object,
+    listed_once,
     wait_active,
     wait_default_service_account,
 )
 
-from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, GPU_TAINT, H100
-from kube_gpu_exporter.exporter.cluster.kueue import served_version
+from kube_gpu_exporter.demo.kube_api.cluster_objects import A100, H100
 from kube_gpu_exporter.exporter.cluster.kueue_objects import (
     Flavor,
     parse_cohort,
@@ -59,13 +59,10 @@ from kube_gpu_exporter.exporter.cluster.kueue_objects import (
     parse_queue,
 )
 from kube_gpu_exporter.exporter.cluster.settings import ClusterSettings
-from kube_gpu_exporter.exporter.kubernetes.client import api_client
-from kube_gpu_exporter.exporter.kubernetes.list_watch import ListWatch
 from support import run_exporter, samples, values, wait_until
 
 pytestmark = pytest.mark.k8s
 
-DEDICATED = {"key": "dedicated", "value": "a100", "effect": "NoSchedule"}
 NAMESPACE = "research"
 # ClusterQueue → (flavor, nominal GPUs, cohort, preemption within the queue)
 QUEUES = {
@@ -89,19 +86,13 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPla
 
 
 def _setup(plane: ControlPlane) -> None:
-    for index in range(2):
-        add_node(plane, f"h100-{index}", 4, product=H100)
-    add_node(plane, "a100-0", 4, product=A100, taints=(GPU_TAINT, DEDICATED))
+    h100_and_a100(plane, h100_nodes=2)
     for name, value in (("low", 100), ("high", 1000)):
         plane.ok(
             "POST",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             {"metadata": {"name": name}, "value": value},
         )
-    for flavor, product in (("h100", H100), ("a100", A100)):
-        where = {"nodeLabels": {PRODUCT: product}, "tolerations": [GPU_TOLERATION]}
-        made = kueue_object("ResourceFlavor", flavor, where)
-        plane.ok("POST", f"{V1BETA2}/resourceflavors", made)
     plane.ok("POST", f"{V1BETA2}/cohorts", kueue_object("Cohort", "research", {}))
     plane.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     for queue, (flavor, gpus, cohort, preemption) in QUEUES.items():
@@ -311,25 +302,8 @@ def test_flavors_cohorts_and_queues_on_a_server_with_only_v1beta1(tmp_path: Path
             "cohorts": parse_cohort,
             "clusterqueues": lambda obj: parse_queue(obj, settings),
         }
-        client = api_client(str(plane.kubeconfig))
-        held: dict[str, dict[str, Any]] = {}
-        requests = {r: served_version(client.lister, r) for r in parsers}
-        watches = [
-            ListWatch(r, requests[r], parsers[r], lambda objs, r=r: held.__setitem__(r, dict(objs)))
-            for r in parsers
-        ]
-        for watch in watches:
-            watch.start()
-        try:
-            wait_until(
-                lambda: all(held.get(r) for r in parsers) and all(w.up for w in watches),
-                what="the three listed",
-            )
-        finally:
-            for watch in watches:
-                watch.stop()
-            client.close()
-        assert {r.version for r in requests.values()} == {"v1beta1"}
+        held, versions = listed_once(plane, parsers)
+        assert set(versions.values()) == {"v1beta1"}
         [flavor] = held["resourceflavors"].values()
         assert isinstance(flavor, Flavor) and flavor.node_labels == {PRODUCT: H100}
         assert held["cohorts"] == {"research": "all"}
