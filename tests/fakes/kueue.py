@@ -59,6 +59,13 @@ CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueue
 INTEGRATION_GROUPS = {"batch/job": ("batch",), "pod": ("",)}
 # Kueue's webhook configurations here: named apart from anything else a test registers
 WEBHOOK_PREFIX = "kueue-"
+# openssl's extensions of the webhooks' serving certificate (the last name: the visibility
+# Service's, which the API server's aggregator verifies) and of the front proxy's client one
+SERVING = (
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:visibility-server.kueue-system.svc\n"
+    "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+)
+CLIENT = "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n"
 
 
 @dataclass
@@ -91,32 +98,43 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
+def _ca(folder: Path, stem: str, subject: str) -> tuple[Path, Path]:
+    """A self-signed CA's key and certificate, `<stem>.key` and `<stem>.crt` in `folder`."""
+    key, crt = folder / f"{stem}.key", folder / f"{stem}.crt"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
+    _openssl(
+        "req", "-x509", "-new", "-key", str(key), "-out", str(crt), "-days", "2",
+        "-subj", subject,
+    )  # fmt: skip
+    return key, crt
+
+
+def _issue(
+    folder: Path, stem: str, common_name: str, ca: tuple[Path, Path], extensions: str
+) -> tuple[Path, Path]:
+    """A key and a certificate for `common_name` that `ca` (_ca's) signs with `extensions`
+    (openssl's extfile lines), `<stem>.key` and `<stem>.crt` in `folder`."""
+    key, csr, crt = folder / f"{stem}.key", folder / f"{stem}.csr", folder / f"{stem}.crt"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
+    _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", f"/CN={common_name}")
+    ext = folder / f"{stem}.ext"
+    ext.write_text(extensions)
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca[1]), "-CAkey", str(ca[0]),
+        "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext),
+    )  # fmt: skip
+    key.chmod(0o600)
+    return key, crt
+
+
 def make_certificates(folder: Path) -> Path:
     """A CA, and a serving certificate it signs for IP 127.0.0.1 and localhost (and the
     visibility Service's name), in `folder`
     as controller-runtime's webhook server reads them (tls.crt, tls.key); returns the CA."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key, ca = folder / "ca.key", folder / "ca.crt"
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(ca_key))
-    _openssl(
-        "req", "-x509", "-new", "-key", str(ca_key), "-out", str(ca), "-days", "2",
-        "-subj", "/CN=kube-gpu-exporter test Kueue CA",
-    )  # fmt: skip
-    key, csr, crt = folder / "tls.key", folder / "tls.csr", folder / "tls.crt"
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
-    _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
-    ext = folder / "san.ext"
-    ext.write_text(
-        # the last name: the visibility Service's, which the API server's aggregator verifies
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:visibility-server.kueue-system.svc\n"
-        "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-    )
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
-        "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext),
-    )  # fmt: skip
-    key.chmod(0o600)
-    return ca
+    ca = _ca(folder, "ca", "/CN=kube-gpu-exporter test Kueue CA")
+    _issue(folder, "tls", "127.0.0.1", ca, SERVING)
+    return ca[1]
 
 
 def front_proxy_args(folder: Path) -> list[str]:
@@ -124,28 +142,10 @@ def front_proxy_args(folder: Path) -> list[str]:
     certificate it signs, which the API server presents to aggregated servers (they trust
     the CA through the `extension-apiserver-authentication` ConfigMap)."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key, ca = folder / "front-proxy-ca.key", folder / "front-proxy-ca.crt"
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(ca_key))
-    _openssl(
-        "req", "-x509", "-new", "-key", str(ca_key), "-out", str(ca), "-days", "2",
-        "-subj", "/CN=kube-gpu-exporter test front-proxy CA",
-    )  # fmt: skip
-    key, csr, crt = (
-        folder / "front-proxy.key",
-        folder / "front-proxy.csr",
-        folder / "front-proxy.crt",
-    )
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key))
-    _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", "/CN=front-proxy-client")
-    ext = folder / "client.ext"
-    ext.write_text("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n")
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
-        "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext),
-    )  # fmt: skip
-    key.chmod(0o600)
+    ca = _ca(folder, "front-proxy-ca", "/CN=kube-gpu-exporter test front-proxy CA")
+    key, crt = _issue(folder, "front-proxy", "front-proxy-client", ca, CLIENT)
     return [
-        f"--requestheader-client-ca-file={ca}",
+        f"--requestheader-client-ca-file={ca[1]}",
         "--requestheader-allowed-names=front-proxy-client",
         "--requestheader-username-headers=X-Remote-User",
         "--requestheader-group-headers=X-Remote-Group",
