@@ -18,7 +18,11 @@ a user runs it, with a kubeconfig for that server, and lists everything in pages
 
 Figures are reported beside their targets, never asserted: the exit status is non-zero only
 when something the bench needs breaks. Usage:
-    bench/cluster.py [--churn 60] [--rate 50] [--interval 15] [--scale 1] [--readme]
+    bench/cluster.py [--rate 50] [--interval 15] [--scale 1] [--neighbour] [--readme]
+
+`--neighbour` runs one busy Python loop per core (bench/neighbour.py) from the process's start
+to the end of the run: the figures are then the machine's cores shared with work that never
+sleeps, and the run line above the tables says so.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from cluster_report import (
 )
 from errors import BenchError
 from list_front import ListFront
+from neighbour import Neighbour, busy
 from report import load_average, machine, update_readme
 from scrape_client import BUILD, ScrapeLog, scrape_apart
 
@@ -341,7 +346,7 @@ def after_churn(server: procs.Server, pods: int, gpus: int) -> After:
     raise BenchError(f"no view built in the {READY_TIMEOUT_S:.0f}s after the churn")
 
 
-def run(args: argparse.Namespace, work: Path) -> Figures:
+def run(args: argparse.Namespace, work: Path) -> tuple[Figures, Neighbour | None]:
     reference.binary(say)  # built (or found) before anything else: Go missing fails at once
     gc.disable()
     began = time.monotonic()
@@ -368,10 +373,13 @@ def run(args: argparse.Namespace, work: Path) -> Figures:
             say(f"starting `kube-gpu-exporter cluster` against {url}")
             started = time.monotonic()
             argv = command(kubeconfig, port, args.interval)
-            with procs.running("cluster", argv, port, {}, work, "/healthz") as server:
+            with (
+                busy(args.neighbour) as neighbour,
+                procs.running("cluster", argv, port, {}, work, "/healthz") as server,
+            ):
                 log = PageLog(api, None if args.direct else front)
                 process = measure(server, log, started, churn, args.interval, work)
-    return Figures(
+    figures = Figures(
         nodes=counts[0],
         pods=counts[1],
         gpu_pods=counts[2],
@@ -388,6 +396,18 @@ def run(args: argparse.Namespace, work: Path) -> Figures:
         load=scrape_load(args.interval),
         process=process,
     )
+    return figures, neighbour
+
+
+def targets(f: Figures, neighbour: Neighbour | None) -> str:
+    """The load the figures were taken under, and gzip's p99 against the reference's."""
+    w = f.process.window
+    ratio = w.gzip.p99_ms / w.reference_gzip.p99_ms
+    load = neighbour.describe() if neighbour else "no neighbour (`--neighbour` not given)"
+    return (
+        f"Load on the machine: {load}. Under churn, gzip p99 ours ÷ Go's net/http serving the "
+        f"same bytes: **{ratio:.2f}×** (target ≤ 2×: {'met' if ratio <= 2 else '**missed**'})."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,16 +418,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--direct", action="store_true", help="list from the test server itself (no front)"
     )
+    parser.add_argument(
+        "--neighbour", action="store_true", help="a busy loop per core beside the process"
+    )
     parser.add_argument("--readme", action="store_true", help="write the figures to README")
     args = parser.parse_args(argv)
     load_at_start = load_average()
     try:
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as work:
-            figures = run(args, Path(work))
+            figures, neighbour = run(args, Path(work))
     except BenchError as exc:
         print(f"bench/cluster.py: {exc}", file=sys.stderr)
         return 1
-    text = render(figures, machine(load_at_start))
+    run_line, rest = render(figures, machine(load_at_start)).split("\n", 1)
+    text = f"{run_line}\n\n{targets(figures, neighbour)}\n{rest}"
     print("\n" + text)
     if args.readme and not args.direct:  # the run line says the scale and the rate
         update_readme(README, text + "\n", START, END)

@@ -42,6 +42,7 @@ import fake
 import fleet_cache
 import procs
 import pytest
+from bare_list import Listed, bare_lists
 from cluster import (
     READY_TIMEOUT_S,
     SCRAPED_INTERVALS,
@@ -81,6 +82,7 @@ START, END = "<!-- cluster-real:start -->", "<!-- cluster-real:end -->"
 READY_TARGET_S = 30.0
 RSS_TARGET = 350 * MIB
 CPU_TARGET = 0.1  # cores under churn, a scrape a second
+BARE_TARGET = 1.5  # the first complete metrics ÷ the bare paged list of the same objects
 # Quota admission adds each new pod's GPUs to its quota's `used`, and only the quota
 # controller (not run here) takes them off again: under churn every team's quota would fill
 # within seconds and refuse the churn's GPU pods. Off, the quotas keep the fleet's figures, as
@@ -135,6 +137,7 @@ class Result:
     m: Measured
     apiserver_rss: int
     etcd_rss: int
+    bare: tuple[list[Listed], list[Listed]]  # the bare list twice, before the process starts
 
 
 def wait_complete(server: procs.Server, started: float, pods: int) -> float:
@@ -250,6 +253,12 @@ def run(args: argparse.Namespace, work: Path) -> Result:
         fleet.pods.clear()  # the server holds them; the churn keeps what it needs
         gc.collect()
         gc.freeze()  # what is left lives to the end: no full collection walks it under churn
+        say("the bare paged list of the same objects, twice (bench/bare_list.py)")
+        context = plane.ssl_context()
+        bare = (
+            bare_lists(plane.url, plane.token, context),
+            bare_lists(plane.url, plane.token, context),
+        )
         port = procs.free_port()
         started = time.monotonic()
         argv = command(plane.kubeconfig, port, args.interval)
@@ -265,6 +274,7 @@ def run(args: argparse.Namespace, work: Path) -> Result:
         m=measured,
         apiserver_rss=apiserver,
         etcd_rss=etcd,
+        bare=bare,
     )
 
 
@@ -300,11 +310,20 @@ def _rows(r: Result) -> list[str]:
     under = f"{ms(statistics.fmean(builds))} / {ms(max(builds))}" if builds else "none seen"
     rss = r.m.samples_rss or [r.m.rss_end]
     w = r.m.churned
+    cold, warm = (sum(listed.seconds for listed in run) for run in r.bare)
+    pods = [next(listed for listed in run if listed.resource == "pods") for run in r.bare]
+    ratio = r.m.ready_s / warm
     return [
         "| figure | value | target |",
         "|---|---:|---|",
         f"| start → first complete metrics (`/readyz` 200, every pod watched) | {r.m.ready_s:.1f} s"
         f" | < {READY_TARGET_S:.0f} s: {verdict(r.m.ready_s < READY_TARGET_S)} |",
+        f"| the bare paged list of the same objects (bench/bare_list.py: {pods[1].pages} pod "
+        f"pages, {mib(pods[1].wire_bytes)} gzipped, {mib(pods[1].json_bytes)} of JSON), "
+        f"first / second run; the pods' list alone | {cold:.1f} s / {warm:.1f} s; "
+        f"{pods[0].seconds:.1f} s / {pods[1].seconds:.1f} s | |",
+        f"| first complete metrics ÷ the bare list (its second run) | {ratio:.2f}× | "
+        f"≤ {BARE_TARGET:g}×: {verdict(ratio <= BARE_TARGET)} |",
         f"| … the process's CPU by then | {r.m.cpu_ready_s:.1f} s | |",
         f"| watched objects at the first metrics: nodes / pods / quotas | "
         f"{r.m.watched['nodes']:,} / {r.m.watched['pods']:,} / {r.m.watched['resourcequotas']} | "
