@@ -143,7 +143,7 @@ bench: $(STAMP)
 	$(PY) bench/pod_watch.py --readme
 	$(PY) bench/profiling.py --readme
 	$(PY) bench/abuse.py --readme
-	$(PY) bench/cluster.py --scale 3 --rate 100 --readme
+	$(PY) bench/cluster.py --scale 3 --rate 100 --neighbour --readme
 	cd bench && ../$(PY) series_cost.py
 	$(PY) bench/cluster_decode.py --scale 3
 	$(PY) bench/cluster_incremental.py
