@@ -165,7 +165,10 @@ class Scraper(threading.Thread):
         self.seen = Seen()
 
     def _connect(self) -> socket.socket:
-        sock = connect(self.port, timeout=5)
+        # Prometheus waits up to its scrape_timeout for an answer, so the scraper does; the
+        # first scrape after a burst of 1,000 connections waits behind them in the listen
+        # queue, which took over 5 s on a loaded 2-core machine
+        sock = connect(self.port, timeout=SCRAPE_TIMEOUT)
         if self.tls is not None:
             return self.tls.wrap_socket(sock, server_hostname="127.0.0.1")
         return sock
