@@ -12,9 +12,9 @@ stubs in v1/, which the tests' kubelets still use).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 # Wire types: a varint, 8 bytes, a length-delimited field, 4 bytes (3 and 4, groups, are gone).
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
@@ -114,68 +114,47 @@ def _text(value: memoryview) -> str:
         raise WireError(f"a string is not UTF-8: {err}") from None
 
 
-def _devices(data: memoryview) -> ContainerDevices:
-    resource, ids = "", []
+def _read(
+    data: memoryview, texts: tuple[int, ...], nested: Mapping[int, Callable[[memoryview], Any]]
+) -> tuple[dict[int, str], dict[int, list[Any]]]:
+    """One message's fields that this reader knows: each of `texts` as a string (the last one
+    sent, as protobuf keeps for a singular field; absent when not sent), each of `nested`
+    read by its function, in order. A known number sent with another wire type is skipped."""
+    found: dict[int, str] = {}
+    lists: dict[int, list[Any]] = {number: [] for number in nested}
     for number, value in _fields(data):
         if value is None:
             continue
-        if number == 1:
-            resource = _text(value)
-        elif number == 2:
-            ids.append(_text(value))
-    return ContainerDevices(resource, tuple(ids))
+        if number in nested:
+            lists[number].append(nested[number](value))
+        elif number in texts:
+            found[number] = _text(value)
+    return found, lists
+
+
+def _devices(data: memoryview) -> ContainerDevices:
+    texts, lists = _read(data, (1,), {2: _text})
+    return ContainerDevices(texts.get(1, ""), tuple(lists[2]))
 
 
 def _claim_resource(data: memoryview) -> ClaimResource:
-    texts: dict[int, str] = {}
-    for number, value in _fields(data):
-        if value is not None and number in (2, 3, 4, 5):
-            texts[number] = _text(value)
+    texts, _ = _read(data, (2, 3, 4, 5), {})
     return ClaimResource(texts.get(2, ""), texts.get(3, ""), texts.get(4, ""), texts.get(5))
 
 
 def _dynamic_resource(data: memoryview) -> DynamicResource:
-    name = namespace = ""
-    resources = []
-    for number, value in _fields(data):
-        if value is None:
-            continue
-        if number == 2:
-            name = _text(value)
-        elif number == 3:
-            namespace = _text(value)
-        elif number == 4:
-            resources.append(_claim_resource(value))
-    return DynamicResource(name, namespace, tuple(resources))
+    texts, lists = _read(data, (2, 3), {4: _claim_resource})
+    return DynamicResource(texts.get(2, ""), texts.get(3, ""), tuple(lists[4]))
 
 
 def _container(data: memoryview) -> ContainerResources:
-    name, devices, dynamic = "", [], []
-    for number, value in _fields(data):
-        if value is None:
-            continue
-        if number == 1:
-            name = _text(value)
-        elif number == 2:
-            devices.append(_devices(value))
-        elif number == 5:
-            dynamic.append(_dynamic_resource(value))
-    return ContainerResources(name, tuple(devices), tuple(dynamic))
+    texts, lists = _read(data, (1,), {2: _devices, 5: _dynamic_resource})
+    return ContainerResources(texts.get(1, ""), tuple(lists[2]), tuple(lists[5]))
 
 
 def _pod(data: memoryview) -> PodResources:
-    name = namespace = ""
-    containers = []
-    for number, value in _fields(data):
-        if value is None:
-            continue
-        if number == 1:
-            name = _text(value)
-        elif number == 2:
-            namespace = _text(value)
-        elif number == 3:
-            containers.append(_container(value))
-    return PodResources(name, namespace, tuple(containers))
+    texts, lists = _read(data, (1, 2), {3: _container})
+    return PodResources(texts.get(1, ""), texts.get(2, ""), tuple(lists[3]))
 
 
 def decode_list(data: bytes) -> ListPodResourcesResponse:
