@@ -68,15 +68,22 @@ MIG_POD_SIZES = (2,) * 26 + (1,) * 4  # 56 MIG slices, 30 pods
 GPU_POD_SIZES = (4, 2, 1, 1)  # 8 GPUs, 4 pods
 
 
-def manifest_args(manifest: Path = MANIFEST) -> list[str]:
-    """The exporter container's args in the generated DaemonSet."""
+def manifest_container(manifest: Path = MANIFEST) -> tuple[list[str], dict[str, str]]:
+    """The exporter container's args and plain env values (MALLOC_ARENA_MAX, ...) in the
+    generated DaemonSet; env the downward API fills (NODE_NAME) is set by deployed_node."""
     try:
         daemonset = yaml.safe_load(manifest.read_text())
         containers = daemonset["spec"]["template"]["spec"]["containers"]
         (exporter,) = (c for c in containers if c["name"] == CONTAINER)
-        return [str(arg) for arg in exporter["args"]]
+        env = {e["name"]: str(e["value"]) for e in exporter.get("env", []) if "value" in e}
+        return [str(arg) for arg in exporter["args"]], env
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
         raise BenchError(f"{manifest}: no exporter container args ({err})") from None
+
+
+def manifest_args(manifest: Path = MANIFEST) -> list[str]:
+    """The exporter container's args in the generated DaemonSet."""
+    return manifest_container(manifest)[0]
 
 
 # Run as `sh -c MOUNT_SA <service account folder> <command...>` inside `unshare --mount`: the
@@ -278,7 +285,7 @@ class DeployedNode:
 @contextmanager
 def deployed_node(state: NodeState, work: Path) -> Iterator[DeployedNode]:
     """A kubelet and an API server holding the node's pods, for as long as the block runs."""
-    args = manifest_args()
+    args, manifest_env = manifest_container()
     held = gpu_pods(state)
     kubelet_socket = work / "kubelet" / "kubelet.sock"
     kubelet_socket.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +306,7 @@ def deployed_node(state: NodeState, work: Path) -> Iterator[DeployedNode]:
         for each in listed:
             api.put(each)
         kubeconfig = api.write_kubeconfig(work / "kubeconfig-deployed")
-        env = {"NODE_NAME": NODE}
+        env = {**manifest_env, "NODE_NAME": NODE}
         if in_cluster:  # as the kubelet sets them for the `kubernetes` Service
             env |= {
                 "KUBERNETES_SERVICE_HOST": procs.HOST,

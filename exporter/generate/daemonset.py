@@ -29,6 +29,7 @@ MAX_UNAVAILABLE = "10%"
 TERMINATION_GRACE_SECONDS = 15
 UPDATE_STRATEGY = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": MAX_UNAVAILABLE}}
 PROBE_TIMING = {"periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
+MALLOC_ARENA_MAX = "2"  # glibc malloc arenas; see _container
 POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
 SECURITY_CONTEXT = {
     "runAsUser": 0,
@@ -116,6 +117,10 @@ def _container(cfg: Config) -> dict[str, Any]:
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+            # glibc gives each thread that mallocs an arena of its own; two are enough for
+            # the event loop and the watch threads, and hold less memory
+            # (docs/architecture.md, "Deployment").
+            {"name": "MALLOC_ARENA_MAX", "value": MALLOC_ARENA_MAX},
         ],
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "livenessProbe": _probe("/healthz"),

@@ -354,6 +354,7 @@ def test_environment(deploy: Deploy) -> None:
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert env["MALLOC_ARENA_MAX"]["value"] == "2"  # two glibc arenas, not one per thread
 
 
 def test_image() -> None:
