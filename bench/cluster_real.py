@@ -10,11 +10,13 @@ limits of 5,000 nodes and 150,000 pods) is in a real etcd + kube-apiserver
    bound by `spec.nodeName` then given their status through the `status` subresource, quotas
    likewise, sixteen connections) and kept as etcd's data dir in a cache outside the
    checkout; each run starts etcd and the API server on a copy of it;
-2. `kube-gpu-exporter cluster` starts on the admin kubeconfig and is measured as in
+2. the bare paged list of what the view lists, twice (bench/bare_list.py: its pages and
+   headers, one TLS connection), the floor its first complete metrics are compared with;
+3. `kube-gpu-exporter cluster` starts on the admin kubeconfig and is measured as in
    bench/cluster.py, reusing its phases: the time to the first complete metrics (/readyz,
    every pod watched), CPU and VmRSS then; the scraper (bench/scrape_client.py) for six view
    intervals (bench/cluster.py's SCRAPED_INTERVALS), the cluster idle;
-3. churn at `--rate` changes a second (bench/cluster_churn.py's mix, through the real API:
+4. churn at `--rate` changes a second (bench/cluster_churn.py's mix, through the real API:
    bench/real_api.py): two intervals with a scrape a second (CPU, VmRSS once a second), six
    with the scraper; then the first view built wholly after it is checked against what the
    server holds (pods, and GPUs allocated), and the last pods deleted against the server.
