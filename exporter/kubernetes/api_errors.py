@@ -1,14 +1,15 @@
 """What an API failure was, for the watches' `errors_total` and for one line of log or CLI error.
 
 The watches (list_watch.py) and `explain` (cluster/explain/api.py) meet the same failures —
-the client's `ApiError`, a non-2xx response, a Status in a watch stream, urllib3's connection
-and timeout errors — and name them the same way.
+the client's `ApiError`, a non-2xx response, a Status in a watch stream, the socket's,
+TLS's and http.client's connection and timeout errors — and name them the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from http.client import HTTPException
 from typing import Any
 
 
@@ -47,19 +48,15 @@ def summary(exc: BaseException) -> str:
 
 def classify(exc: BaseException) -> str:
     """The `errors_total` kind of a list/watch failure."""
-    import urllib3.exceptions as u3
-
     code = status_code(exc)
     if code is not None:
         if code == 410:
             return "gone"
         return "server_error" if code >= 500 or code == 429 else "other"
-    if isinstance(exc, u3.MaxRetryError) and exc.reason is not None:
-        return classify(exc.reason)
-    if isinstance(exc, u3.NewConnectionError | u3.ProtocolError | ConnectionError):
+    if isinstance(exc, ConnectionError):  # refused, reset, the server gone mid-answer
         return "connection"
-    if isinstance(exc, u3.TimeoutError | TimeoutError):
+    if isinstance(exc, TimeoutError):  # connect or read timeout (socket.timeout)
         return "timeout"
-    if isinstance(exc, u3.HTTPError | OSError) or getattr(exc, "status", None) == 0:
-        return "connection"
+    if isinstance(exc, OSError | HTTPException) or getattr(exc, "status", None) == 0:
+        return "connection"  # DNS, TLS, a truncated or malformed answer
     return "other"

@@ -1,39 +1,35 @@
-"""The Kubernetes API client: GET requests on urllib3 (and one POST, `explain -f`'s dry-run
-create; PATCHes of its own Node's status and taints, for `serve`'s opt-in node health),
-configured once from a kubeconfig or the in-cluster environment.
+"""The Kubernetes API client: GET requests (and one POST, `explain -f`'s dry-run create;
+PATCHes of its own Node's status and taints, for `serve`'s opt-in node health) over
+http_pool.py's kept-alive connections, configured once from a kubeconfig or the in-cluster
+environment.
 
 We read four kinds of objects with GET (list, watch, one pod) and parse the JSON ourselves
 into slim values, so the `kubernetes` package's generated client (hundreds of model classes,
 costly to import: bench/README.md) would only add cost: it is loaded for auth-provider
-kubeconfig users alone (plugin_auth.py, an optional extra). urllib3 is the HTTP library that
-package used underneath, so connections, timeouts and the raw responses that ListWatch reads
-stay as they were. A 401 is told to the connection (`rejected`): an exec plugin's token is
-fetched again for the next request, as client-go does.
+kubeconfig users alone (plugin_auth.py, an optional extra). A 401 is told to the connection
+(`rejected`): an exec plugin's token is fetched again for the next request, as client-go does.
 
 A request is made by a `lister(path, **fixed)`: a callable that takes the keyword arguments
 of the generated client's list calls (`watch`, `resource_version`, `allow_watch_bookmarks`,
 `timeout_seconds`, `limit`, `_continue`, `field_selector`, `_request_timeout`,
-`_preload_content`) and returns urllib3's response unread, which ListWatch streams, closes
-and aborts. A non-2xx answer raises `ApiError` (status, reason, body), as the generated
-client's `ApiException` did. urllib3 never retries: retries are ListWatch's (backoff,
-relist), and urllib3's would hide errors and repeat stalls.
+`_preload_content`) and returns the response unread (http_pool.Response), which ListWatch
+streams, closes and aborts. A non-2xx answer raises `ApiError` (status, reason, body), as the
+generated client's `ApiException` did. Nothing retries: retries are ListWatch's (backoff,
+relist), and an HTTP library's would hide errors and repeat stalls.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
 import ssl
-import warnings
 from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit
 
-import urllib3
-
 from kube_gpu_exporter.exporter import __version__
 from kube_gpu_exporter.exporter.kubernetes.connection import Connection, KubernetesConfigError
+from kube_gpu_exporter.exporter.kubernetes.http_pool import Pool, ProxyError, Response, Timeout
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import Kubeconfig
 
 __all__ = ["ApiClient", "ApiError", "KubernetesConfigError", "api_client"]
@@ -56,17 +52,6 @@ QUERY: Final = {
 DEFAULT_TIMEOUT: Final = (10.0, 60.0)  # seconds: connect, read
 MAX_ERROR_BODY: Final = 64 * 1024  # a Status object is a few hundred bytes
 POOL_SIZE: Final = 8  # connections kept: `cluster` holds four watches and lists beside them
-# client-go's dialer keeps TCP connections alive every 30 s: a watch through an idle load
-# balancer or NAT is otherwise dropped without a word, and seen only at its read timeout.
-KEEPALIVE: Final = [
-    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-    *[
-        (socket.IPPROTO_TCP, getattr(socket, name), 30)
-        for name in ("TCP_KEEPIDLE", "TCP_KEEPINTVL")
-        if hasattr(socket, name)
-    ],
-]
-
 Request = Callable[..., Any]
 
 
@@ -92,22 +77,10 @@ class ApiClient:
             "Accept-Encoding": "gzip",  # as client-go: the API server compresses large lists
             "User-Agent": f"kube-gpu-exporter/{__version__}",
         }
-        options: dict[str, Any] = {
-            "num_pools": 2,
-            "maxsize": POOL_SIZE,
-            "retries": False,
-            "socket_options": [
-                *urllib3.connection.HTTPConnection.default_socket_options,
-                *KEEPALIVE,
-            ],
-        }
-        if connection.ssl_context is not None:
-            if connection.ssl_context.verify_mode == ssl.CERT_NONE:
-                _insecure(connection.source)
-            options["ssl_context"] = connection.ssl_context
-            if connection.server_hostname:
-                options["server_hostname"] = connection.server_hostname
-        self._http = _pool_manager(connection, options)
+        context = connection.ssl_context
+        if context is not None and context.verify_mode == ssl.CERT_NONE:
+            _insecure(connection.source)
+        self._http = _pool(connection)
         self._authorization = connection.authorization
 
     def lister(self, path: str, **fixed: Any) -> Request:
@@ -130,22 +103,18 @@ class ApiClient:
         timeout: Any = None,
         preload: bool = False,
     ) -> Any:
-        """urllib3's response to GET `path`, unread unless `preload`; ApiError if not 2xx."""
-        url = self.host + path
-        query = _query(params or {})
-        if query:
-            url += "?" + query
+        """The response to GET `path`, unread unless `preload`; ApiError if not 2xx."""
         headers = self._with_authorization(self._headers)
         response = self._http.request(
-            "GET",
-            url,
-            headers=headers,
-            timeout=_timeout(timeout),
-            preload_content=preload,
-            redirect=False,
+            "GET", _target(path, params), headers=headers, timeout=_timeout(timeout)
         )
         if not 200 <= response.status <= 299:
             self._refused(response, headers)
+        if preload:
+            try:
+                response.data  # noqa: B018 (read whole, then the connection goes back)
+            finally:
+                response.release_conn()
         return response
 
     def post(
@@ -171,19 +140,13 @@ class ApiClient:
         params: dict[str, Any] | None,
         timeout: Any,
     ) -> Any:
-        url = self.host + path
-        query = _query(params or {})
-        if query:
-            url += "?" + query
         headers = self._with_authorization({**self._headers, "Content-Type": content_type})
         response = self._http.request(
             method,
-            url,
+            _target(path, params),
             body=json.dumps(body).encode(),
             headers=headers,
             timeout=_timeout(timeout),
-            preload_content=False,
-            redirect=False,
         )
         if not 200 <= response.status <= 299:
             self._refused(response, headers)
@@ -202,7 +165,7 @@ class ApiClient:
                 return {**headers, "Authorization": value}
         return headers
 
-    def _refused(self, response: Any, headers: dict[str, str]) -> None:
+    def _refused(self, response: Response, headers: dict[str, str]) -> None:
         """Raise ApiError for a non-2xx answer, first telling the connection of a 401."""
         if response.status == 401 and self.connection.rejected is not None:
             self.connection.rejected(headers.get("Authorization"))
@@ -222,11 +185,15 @@ def api_client(kubeconfig: str | Kubeconfig | None) -> ApiClient:
 
 
 def _insecure(source: str) -> None:
-    """One warning in our log, instead of urllib3's on every request of every watch."""
+    """One warning in our log, once, rather than one per request of every watch."""
     log.warning(
         "%s: insecure-skip-tls-verify: the API server's certificate is not verified", source
     )
-    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+
+
+def _target(path: str, params: dict[str, Any] | None) -> str:
+    query = _query(params or {})
+    return f"{path}?{query}" if query else path
 
 
 def _query(params: dict[str, Any]) -> str:
@@ -241,16 +208,16 @@ def _query(params: dict[str, Any]) -> str:
     return urlencode(pairs)
 
 
-def _timeout(value: Any) -> urllib3.Timeout:
+def _timeout(value: Any) -> Timeout:
     """The generated client's `_request_timeout`: (connect, read) or one number for both."""
     if value is None:
-        value = DEFAULT_TIMEOUT
+        return DEFAULT_TIMEOUT
     if isinstance(value, tuple):
-        return urllib3.Timeout(connect=value[0], read=value[1])
-    return urllib3.Timeout(connect=value, read=value)
+        return (float(value[0]), float(value[1]))
+    return (float(value), float(value))
 
 
-def _raise(response: Any) -> None:
+def _raise(response: Response) -> None:
     """Read (a bounded part of) the error's body, give the connection up, raise ApiError."""
     try:
         body = response.read(MAX_ERROR_BODY, decode_content=True) or b""
@@ -263,22 +230,21 @@ def _raise(response: Any) -> None:
     raise ApiError(response.status, response.reason or "", text)
 
 
-def _pool_manager(connection: Connection, options: dict[str, Any]) -> urllib3.PoolManager:
-    """A PoolManager, or a ProxyManager when the kubeconfig or the environment (HTTPS_PROXY,
-    NO_PROXY, as client-go and the `kubernetes` package read them) names a proxy."""
+def _pool(connection: Connection) -> Pool:
+    """The server's pool, through the proxy the kubeconfig or the environment (HTTPS_PROXY,
+    NO_PROXY, as client-go and the `kubernetes` package read them) names, if any."""
     proxy = connection.proxy_url or _environment_proxy(connection.server)
-    if proxy is None:
-        return urllib3.PoolManager(**options)
-    scheme = urlsplit(proxy).scheme
     try:
-        if scheme.startswith("socks"):
-            from urllib3.contrib.socks import SOCKSProxyManager
-
-            return SOCKSProxyManager(proxy, **options)
-        return urllib3.ProxyManager(proxy, **options)
-    except (ImportError, ValueError, urllib3.exceptions.HTTPError) as exc:
+        return Pool(
+            connection.server,
+            ssl_context=connection.ssl_context,
+            server_hostname=connection.server_hostname,
+            proxy=proxy,
+            maxsize=POOL_SIZE,
+        )
+    except ProxyError as exc:
         raise KubernetesConfigError(
-            f"{connection.source}: proxy {proxy!r} cannot be used: {' '.join(str(exc).split())}"
+            f"{connection.source}: proxy {proxy!r} cannot be used: {exc}"
         ) from None
 
 

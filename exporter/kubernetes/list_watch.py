@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -307,11 +306,6 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 
 def _abort(response: Any) -> None:
-    """Unblock a thread reading `response` (urllib3 ≥ 2.3 has shutdown(); else the socket)."""
+    """Unblock a thread reading `response` (http_pool.Response.shutdown)."""
     with contextlib.suppress(Exception):
         response.shutdown()
-        return
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)

@@ -46,7 +46,6 @@ TESTS: dict[str, tuple[str, ...]] = {
     "pydantic": ("tests/unit/test_scenario.py", _GENERATE),
     "google-re2": (_REGEX + "refuses_is_one_line", _REGEX + "accepts_is_accepted"),
     "grpclib": ("tests/integration/test_podresources.py",),
-    "urllib3": ("tests/integration/test_kube_client.py",),
     # The `auth-provider` extra's one use (exporter/kubernetes/plugin_auth.py).
     "kubernetes": (
         "tests/integration/test_kube_client.py::"

@@ -107,7 +107,7 @@ class PagesOfOne:
 
 
 class Answer:
-    """Enough of urllib3's response for ListWatch: a body, or a watch that never speaks."""
+    """Enough of http_pool's Response for ListWatch: a body, or a watch that never speaks."""
 
     status = 200
 

@@ -174,3 +174,29 @@ def test_attribution_loads_grpclib_and_never_grpcio_or_protobuf(
     # wire.py reads the kubelet's answers: no protobuf runtime either
     stubs = "kube_gpu_exporter.exporter.kubelet.v1"
     assert _loaded(modules, ("grpc", "google.protobuf", stubs)) == []
+
+
+def test_the_pod_watch_loads_http_client_and_never_urllib3(
+    nvml_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The DaemonSet's `--kubernetes.enabled`: the watch's client is the standard library's
+    http.client (exporter/kubernetes/http_pool.py). urllib3 loaded importlib.metadata with it,
+    ~3 MiB of every node's exporter. The API server need not answer."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        '{"clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],'
+        ' "users": [{"name": "u", "user": {"token": "t"}}],'
+        ' "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],'
+        ' "current-context": "x"}'
+    )
+    modules = _serve_modules(
+        tmp_path,
+        nvml_env,
+        "--kubernetes.enabled",
+        f"--kubernetes.kubeconfig={kubeconfig}",
+        "--kubernetes.node-name=n1",
+        "--kubelet.pod-resources-socket=",
+    )
+    names = modules.read_text().split()
+    assert "kube_gpu_exporter.exporter.kubernetes.http_pool" in names
+    assert _loaded(modules, ("urllib3", "importlib.metadata", "kubernetes")) == []

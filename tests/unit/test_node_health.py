@@ -4,7 +4,8 @@ transport's error where it did not; never a kind outside the catalog's list."""
 
 from __future__ import annotations
 
-import urllib3.exceptions as u3
+import http.client
+import ssl
 
 from kube_gpu_exporter.exporter.catalog.errors import NODE_HEALTH_ERROR_KINDS
 from kube_gpu_exporter.exporter.kubernetes.client import ApiError
@@ -25,9 +26,11 @@ def test_kinds_by_status() -> None:
 
 
 def test_kinds_by_transport() -> None:
-    refused = u3.NewConnectionError(None, "refused")
-    assert classify(u3.MaxRetryError(None, "/", refused)) == "connection"
-    assert classify(u3.ReadTimeoutError(None, "/", "read timed out")) == "timeout"
+    assert classify(ConnectionRefusedError(111, "refused")) == "connection"
+    assert classify(http.client.RemoteDisconnected("closed")) == "connection"
+    assert classify(http.client.IncompleteRead(b"")) == "connection"
+    assert classify(ssl.SSLCertVerificationError("certificate verify failed")) == "connection"
+    assert classify(TimeoutError("read timed out")) == "timeout"
     assert classify(ValueError("bad JSON")) == "other"
 
 
