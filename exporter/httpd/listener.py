@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 RECEIVE_BUFFER: Final = 8 << 10  # SO_RCVBUF; Linux doubles it for its own bookkeeping
 # SO_SNDBUF, doubled by Linux likewise: it would grow it to 4 MiB per connection (tcp_wmem)
 # for a client that does not read, kernel memory a pod's cgroup is charged for; 64 KiB in
-# flight still fills a 10 ms path at 6 MB/s, a gzipped scrape in a round trip or two.
+# flight still fills a 10 ms path at 6 MB/s, a gzipped scrape in a round trip or two. A client
+# that has read a whole answer earns a larger one (wire.py's EARNED_SEND_BUFFER).
 SEND_BUFFER: Final = 32 << 10
 # Connections the kernel completes before we accept them. At 128 (the old default), thousands
 # of addresses reconnecting overflowed it and the kernel dropped SYNs, the scraper's and the

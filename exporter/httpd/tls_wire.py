@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from kube_gpu_exporter.exporter.httpd.outbox import Outbox
-from kube_gpu_exporter.exporter.httpd.wire import CHUNK, READ_SIZE, Above, Wire
+from kube_gpu_exporter.exporter.httpd.wire import READ_SIZE, Above, Wire
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class TlsWire(Wire):
                 return self._sealed, []
             self._outbox.consume(min(RECORD, self._outbox.queued))
             self._seal()
-        return self._sealed, self._sealed.views(CHUNK)
+        return self._sealed, self._sealed.views(self.chunk)
 
     def _finish(self) -> None:
         """Our close_notify first (the peer's is not waited for), then the plain close."""

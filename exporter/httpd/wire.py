@@ -10,9 +10,14 @@ above it (connection.py):
 - **reads** land in one buffer that every connection shares (each read is handed on before the
   next one starts); on a TLS port, `TlsWire` (tls_wire.py) decrypts them;
 - **writes** are queued as views of the bytes given (a pre-rendered body is shared, never
-  copied) and handed to the kernel CHUNK bytes at a time in one `sendmsg`; what the kernel
+  copied) and handed to the kernel a chunk at a time in one `sendmsg`; what the kernel
   refuses stays a view, so a client that does not read pins none of our memory beyond its
   kernel buffers (TLS: at most one encrypted record, RECORD bytes);
+- **a send buffer earned by reading**: a connection starts with the listener's small kernel
+  send buffer, and once the kernel first refused some of an answer and the client then took
+  all of it, its buffer grows to hold a node's whole body (EARNED_SEND_BUFFER) and its chunks
+  with it: a scraper's answer goes out in one or two sends instead of waiting on the client
+  round after round, while a client that never reads keeps the small buffer;
 - **the connection is never paused**: a handler never waits on a client; the connection reads
   no further request until the last answer is in the kernel instead (`drained`, `on_drained`);
 - **the write timeout** (`--web.write-timeout`): output must reach the kernel within it, from
@@ -40,8 +45,15 @@ log = logging.getLogger(__name__)
 
 READ_SIZE: Final = 16 << 10  # one TLS record; the listener's receive buffer holds ~16 KiB
 # Handed to the kernel per call. Views cost no memory while they wait, so a chunk bounds only
-# the syscalls: smaller chunks mean more of them per body, and more CPU (bench/README.md).
+# the syscalls: smaller chunks mean more of them per body, and more CPU (bench/README.md). A
+# chunk stays under half the send buffer: on loopback (64 KiB segments) one larger chunk in a
+# full buffer is one segment the client's delayed ACK holds back 40 ms.
 CHUNK: Final = 32 << 10
+# SO_SNDBUF of a connection whose client has taken a whole answer that the kernel could not
+# hold at once (Linux doubles it): the node's body fits, so the kernel takes it in one go; the
+# listener's smaller buffer (listener.py's SEND_BUFFER) is what a client that never read keeps.
+EARNED_SEND_BUFFER: Final = 128 << 10
+EARNED_CHUNK: Final = 128 << 10
 DISCARD_READS: Final = 4  # reads of what a client sent, dropped before a close
 RESET_ON_CLOSE: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset
 
@@ -108,6 +120,7 @@ class Wire:
         self._outbox = Outbox()
         self._reading = False
         self._kernel_full = False  # the kernel refused some: waiting to be writable
+        self.chunk = CHUNK  # bytes handed to the kernel per sendmsg (grows once earned)
         self._closing = False  # no more writes taken; closes once drained
         self._peer_done = False  # the client sent its FIN
         self._gone = False
@@ -245,6 +258,8 @@ class Wire:
         if self._kernel_full:
             self._kernel_full = False
             self._loop.remove_writer(self._fd)
+            if self.chunk != EARNED_CHUNK:
+                self._earn_send_buffer()
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
@@ -260,8 +275,15 @@ class Wire:
         """What goes to the socket next, and from where: sealed bytes first, then the
         outbox's views."""
         if self._sealed:
-            return self._sealed, self._sealed.views(CHUNK)
-        return self._outbox, self._outbox.views(CHUNK)
+            return self._sealed, self._sealed.views(self.chunk)
+        return self._outbox, self._outbox.views(self.chunk)
+
+    def _earn_send_buffer(self) -> None:
+        """The client took an answer the kernel could not hold at once: a reader, given a
+        send buffer that holds the next one whole (see the module's docstring)."""
+        self.chunk = EARNED_CHUNK
+        with contextlib.suppress(OSError):
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, EARNED_SEND_BUFFER)
 
     def _wait_writable(self) -> None:
         if not self._kernel_full:
