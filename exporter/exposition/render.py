@@ -16,6 +16,7 @@ prometheus-client's encoders do the formatting; snapshot_families.py builds the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import zlib
@@ -108,8 +109,7 @@ class Rendered:
         self._bodies: dict[tuple[str, bool], bytes] = {}
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
-        encoder, content_type = choose_encoder(accept)
-        fmt = _without_escaping(content_type)
+        encoder, content_type, fmt = negotiate(accept)
         if self._demand is not None:
             self._demand.note(fmt, gzipped, encoder)
         body = self._bodies.get((fmt, gzipped))
@@ -164,6 +164,23 @@ class Rendered:
         zipped = head + compressor.compress(exporter) + compressor.flush()
         self._bodies[(fmt, True)] = zipped
         return zipped
+
+
+def negotiate(accept: str) -> tuple[Encoder, str, str]:
+    """prometheus_client's choice of encoder and content type for `Accept`, and the format the
+    body depends on. A scraper sends the same Accept every time: short ones are remembered."""
+    if len(accept) <= ACCEPT_MEMO_CHARS:
+        return _negotiated(accept)
+    return _negotiate(accept)
+
+
+def _negotiate(accept: str) -> tuple[Encoder, str, str]:
+    encoder, content_type = choose_encoder(accept)
+    return encoder, content_type, _without_escaping(content_type)
+
+
+ACCEPT_MEMO_CHARS = 512  # Prometheus 3's Accept is ~250 characters; 64 remembered
+_negotiated = functools.lru_cache(maxsize=64)(_negotiate)
 
 
 def _gzip() -> zlib._Compress:

@@ -15,6 +15,7 @@ Host, Transfer-Encoding on HTTP/1.0. Why llhttp: docs/architecture.md, "The requ
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -23,6 +24,10 @@ import httptools
 
 LENGTH: Final = re.compile(r"[0-9]{1,18}")
 VERSIONS: Final = frozenset({"1.0", "1.1"})
+# A scraper sends the same head every time: the last HEAD_MEMO heads of up to MEMO_BYTES are
+# kept parsed (a few dozen KiB at most), and a repeat costs a dict lookup.
+HEAD_MEMO: Final = 64
+MEMO_BYTES: Final = 1024
 _OWS: Final = b" \t"
 
 
@@ -33,7 +38,8 @@ class BadRequest(ValueError):
 @dataclass(frozen=True, slots=True)
 class RequestHead:
     """What the server uses of a request: `headers` has lower-case names, a repeated field's
-    values joined with ", " (RFC 9110 §5.3); `keep_alive` whether the connection may serve
+    values joined with ", " (RFC 9110 §5.3), and is shared by every request that sent the same
+    head (read it, never change it); `keep_alive` whether the connection may serve
     another request after this one; `has_body` whether a body follows (none is read);
     `http10` whether it is HTTP/1.0, whose keep-alive the answer must confirm."""
 
@@ -66,7 +72,12 @@ class _Collected:
 
 
 def parse_head(head: bytes) -> RequestHead:
-    """Parse one complete head (ending with its blank line); BadRequest when refused."""
+    """Parse one complete head (ending with its blank line); BadRequest when refused (a
+    refusal is not remembered)."""
+    return _remembered(head) if len(head) <= MEMO_BYTES else _parse(head)
+
+
+def _parse(head: bytes) -> RequestHead:
     collected = _Collected()
     parser = httptools.HttpRequestParser(collected)
     try:
@@ -97,6 +108,9 @@ def parse_head(head: bytes) -> RequestHead:
         has_body=_has_body(headers, http11),
         http10=not http11,
     )
+
+
+_remembered = functools.lru_cache(maxsize=HEAD_MEMO)(_parse)
 
 
 def _keep_alive(connection: str, http11: bool) -> bool:

@@ -7,6 +7,7 @@ costs the same whatever the GPUs or the cluster are doing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -93,7 +94,14 @@ def _retry_later(status: int, text: str) -> Response:
 
 def accepts_gzip(accept_encoding: str) -> bool:
     """Whether `Accept-Encoding` admits gzip, q-values honoured (RFC 9110 §12.5.3): an explicit
-    `gzip` (or `x-gzip`) entry decides, else `*`; q=0 means "not acceptable"."""
+    `gzip` (or `x-gzip`) entry decides, else `*`; q=0 means "not acceptable". A scraper sends
+    the same field every time: short ones are remembered."""
+    if len(accept_encoding) <= MEMO_CHARS:
+        return _gzip_remembered(accept_encoding)
+    return _accepts_gzip(accept_encoding)
+
+
+def _accepts_gzip(accept_encoding: str) -> bool:
     explicit: float | None = None
     wildcard: float | None = None
     for entry in accept_encoding.split(","):
@@ -113,6 +121,10 @@ def accepts_gzip(accept_encoding: str) -> bool:
             wildcard = quality
     chosen = explicit if explicit is not None else wildcard
     return chosen is not None and chosen > 0
+
+
+MEMO_CHARS = 256  # header values remembered per negotiation: 64 of them, a few KiB at most
+_gzip_remembered = functools.lru_cache(maxsize=64)(_accepts_gzip)
 
 
 def metrics(app: App) -> Handler:

@@ -121,3 +121,16 @@ def test_upgrade_and_connect_are_answered_as_requests() -> None:
 def test_trailing_whitespace_is_not_part_of_a_value() -> None:
     head = parse_head(b"GET / HTTP/1.1\r\nHost: x \t\r\nX-A:  a b\t\r\n\r\n")
     assert head.headers == {"host": "x", "x-a": "a b"}
+
+
+def test_a_repeated_head_is_parsed_once_and_a_refusal_every_time() -> None:
+    """A scraper's head is remembered; a long head and a refused one are parsed each time."""
+    head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+    assert parse_head(head) is parse_head(bytes(head))
+    long = b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 2000 + b"\r\n\r\n"
+    assert parse_head(long) is not parse_head(long)
+    assert parse_head(long).headers["x-pad"] == "a" * 2000
+    bad = b"GET  / HTTP/1.1\r\nHost: x\r\n\r\n"
+    for _ in range(2):
+        with pytest.raises(BadRequest):
+            parse_head(bad)
