@@ -13,7 +13,9 @@ ValidatingAdmissionPolicy (the chart rendered with `nodeHealth.*` on, applied se
   credential a write to another Node or to its own Node's labels;
 - without the role, the denied write is counted (node_health_forbidden), logged once, and the
   exporter goes on serving; so is an API server that cannot be reached (node_health_connection,
-  one line for the condition and one for the taint).
+  one line for the condition and one for the taint);
+- a taint written while another writer changes the Node's taints is refused on its stale
+  resourceVersion (409), read again and written with the other writer's taint kept.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from test_helm_chart import rendered_objects
 from test_k8s_least_privilege import apply
 
 from fakenvml import write_state
+from kube_gpu_exporter.exporter.kubernetes.client import ApiClient, api_client
+from kube_gpu_exporter.exporter.kubernetes.node_status import NodeStatus
 from kube_gpu_exporter.exporter.simulated.scenario import Scenario
 from support import free_port, run_exporter, values, wait_until
 
@@ -333,3 +337,38 @@ def test_an_unreachable_api_server_is_counted_and_logged_once(
     # one line for each part that cannot be written (the condition, the taint), not per attempt
     assert log.count("cannot write the node's GPU condition (connection)") == 1, log
     assert log.count("cannot write the node's GPU taint (connection)") == 1, log
+
+
+def test_a_taint_raced_by_another_writer_is_read_and_written_again(plane: ControlPlane) -> None:
+    """Another writer changes the Node's taints between our read and our write: the API server
+    refuses the write on the stale resourceVersion (409), and the taints are read again and
+    written with the other writer's taint kept."""
+    raced = "gpu-node-3"
+    plane.ok("POST", "/api/v1/nodes", node(raced))
+    reads: list[str] = []
+
+    class RacedClient(ApiClient):
+        def get(self, path: str, params: Any = None, **options: Any) -> Any:
+            response = super().get(path, params, **options)
+            reads.append(path)
+            if len(reads) == 1:  # between our read and our write
+                taint = {"key": "team/maintenance", "value": "yes", "effect": "NoSchedule"}
+                taints = [*node(raced)["spec"]["taints"], taint]
+                plane.ok(
+                    "PATCH",
+                    f"/api/v1/nodes/{raced}",
+                    {"spec": {"taints": taints}},
+                    content_type="application/merge-patch+json",
+                )
+            return response
+
+    admin = api_client(str(plane.kubeconfig))
+    client = RacedClient(admin.connection)
+    admin.close()
+    try:
+        assert NodeStatus(client, raced).set_taint(TAINT, "xid-79") is True
+    finally:
+        client.close()
+    assert len(reads) == 2  # read, refused, read again
+    stored = plane.ok("GET", f"/api/v1/nodes/{raced}")
+    assert _taints(stored) == [("dedicated", "gpu"), (TAINT, "xid-79"), ("team/maintenance", "yes")]
