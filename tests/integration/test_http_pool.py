@@ -13,7 +13,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,10 +28,17 @@ BODY = b'{"kind":"PodList","items":[' + b",".join([b'{"a":1}'] * 2000) + b"]}"
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     connections = 0
+    # Set when the test ends: a handler that holds its answer back returns then, not after the
+    # test, where a write to the client's closed socket would print a traceback into whatever
+    # test this worker runs next.
+    ended: threading.Event
 
     def get_request(self) -> tuple[socket.socket, Any]:
         self.connections += 1
         return super().get_request()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the clients that time out or abort on purpose
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -59,12 +65,16 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self.wfile.flush()
-            time.sleep(30)
+            self.ended.wait(30)
         elif self.path == "/slow":
-            time.sleep(3)
-            self._send(b"{}", {})
+            if not self.ended.wait(3):
+                self._send(b"{}", {})
         else:
             self._send(BODY, {})
+
+    @property
+    def ended(self) -> threading.Event:
+        return self.server.ended  # type: ignore[attr-defined, no-any-return]
 
     def _send(self, data: bytes, headers: dict[str, str]) -> None:
         self.send_response(200)
@@ -77,6 +87,7 @@ class Handler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def server(tls: ssl.SSLContext | None = None) -> Iterator[Server]:
     httpd = Server(("127.0.0.1", 0), Handler)
+    httpd.ended = threading.Event()
     if tls is not None:
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -84,6 +95,7 @@ def server(tls: ssl.SSLContext | None = None) -> Iterator[Server]:
     try:
         yield httpd
     finally:
+        httpd.ended.set()
         httpd.shutdown()
         httpd.server_close()
 

@@ -58,9 +58,19 @@ alerts:
 """
 
 
+# promtool 2.42 takes ~15 s of CPU over deploy/'s tests alone; among make test's six workers
+# on two cores it once passed 120 s. A hang is still caught, well before pytest-timeout's 600.
+PROMTOOL_SECONDS = 400
+
+
 def promtool(gen: Generation, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [gen.promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+        [gen.promtool, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=PROMTOOL_SECONDS,
+        check=False,
     )
 
 
