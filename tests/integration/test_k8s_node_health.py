@@ -343,7 +343,7 @@ def test_a_taint_raced_by_another_writer_is_read_and_written_again(plane: Contro
     """Another writer changes the Node's taints between our read and our write: the API server
     refuses the write on the stale resourceVersion (409), and the taints are read again and
     written with the other writer's taint kept."""
-    raced = "gpu-node-3"
+    raced = "gpu-node-raced"
     plane.ok("POST", "/api/v1/nodes", node(raced))
     reads: list[str] = []
 
