@@ -226,14 +226,17 @@ def run(args: argparse.Namespace) -> None:
 
     rebuild_s, latest = timed(update)
     say(f"rebuild after a list: {spread([rebuild_s])}")
-    cycles, applying = [], []
+    cycles, applying, cycle_families = [], [], []
     for _ in range(args.cycles):
         steps = list(cluster.changes(args.changes))
         applying.append(timed(lambda steps=steps: [step() for step in steps])[0])
         took, latest = timed(update)
         cycles.append(took)
+        state = ClusterState(latest, {}, time.time())
+        cycle_families.append(timed(lambda state=state: list(cluster_families(state)))[0])
     say(f"incremental, {args.changes} changes a cycle: {spread(cycles)}")
     say(f"  (the watch threads' parsing and storing of those changes: {spread(applying)})")
+    say(f"  then the families, as the loop makes them each cycle: {spread(cycle_families)}")
     assert view.rebuilds == 1
     check(latest, full())
     state = ClusterState(latest, {}, time.time())
@@ -248,6 +251,7 @@ def run(args: argparse.Namespace) -> None:
         f"full build (take + ClusterView.build): {spread(builds)}\n"
         f"rebuild after a list (IncrementalView): {spread([rebuild_s])}\n"
         f"one cycle of {args.changes} changes (take + update): {spread(cycles)}\n"
+        f"the families after each of those cycles: {spread(cycle_families)}\n"
         f"then either way, families: {spread([families_s])}\n"
         f"and the plain body ({len(body):,} bytes): {spread([render_s])}"
     )

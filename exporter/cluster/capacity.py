@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Final
 
 from kube_gpu_exporter.exporter.cluster.filters import untolerated
 from kube_gpu_exporter.exporter.cluster.quantities import PODS
@@ -67,25 +68,47 @@ def eligible(view: ClusterView, state: NodeState) -> bool:
 
 def node_capacity(view: ClusterView) -> tuple[NodeCapacity, ...]:
     """Every node and GPU resource it advertises (at 0 too) or has requested of it, in node
-    then resource order."""
-    rows = []
+    then resource order. Made once per view; a node's rows depend on its state alone, so
+    those of a node whose state is the same object as in the last cycle's view (`carried`)
+    are taken over."""
+    made: Rows | None = view.cache.get(_ROWS)
+    if made is not None:
+        return made[1]
+    earlier: Rows | None = view.carried.get(_ROWS)
+    lent = earlier[0] if earlier is not None else {}
+    kept: dict[str, tuple[NodeState, tuple[NodeCapacity, ...]]] = {}
+    rows: list[NodeCapacity] = []
     for name, state in view.nodes.items():
-        settings = view.settings
-        resources = settings.gpu_part(state.node.allocatable) | settings.gpu_part(state.allocated)
-        is_eligible = eligible(view, state)
-        for resource in sorted(resources):
-            rows.append(
-                NodeCapacity(
-                    node=name,
-                    resource=resource,
-                    product=state.product,
-                    allocatable=state.node.allocatable.get(resource, 0),
-                    allocated=state.allocated.get(resource, 0),
-                    free=state.free_of(resource),
-                    eligible=is_eligible,
-                )
-            )
-    return tuple(rows)
+        found = lent.get(name)
+        if found is None or found[0] is not state:
+            found = (state, _node_rows(view, name, state))
+        kept[name] = found
+        rows.extend(found[1])
+    made = view.cache[_ROWS] = (kept, tuple(rows))
+    return made[1]
+
+
+# In the view's cache under _ROWS: node name → (its state, its rows), and all rows in order
+Rows = tuple[dict[str, tuple[NodeState, tuple[NodeCapacity, ...]]], tuple[NodeCapacity, ...]]
+_ROWS: Final = ("node_capacity",)
+
+
+def _node_rows(view: ClusterView, name: str, state: NodeState) -> tuple[NodeCapacity, ...]:
+    settings = view.settings
+    resources = settings.gpu_part(state.node.allocatable) | settings.gpu_part(state.allocated)
+    is_eligible = eligible(view, state)
+    return tuple(
+        NodeCapacity(
+            node=name,
+            resource=resource,
+            product=state.product,
+            allocatable=state.node.allocatable.get(resource, 0),
+            allocated=state.allocated.get(resource, 0),
+            free=state.free_of(resource),
+            eligible=is_eligible,
+        )
+        for resource in sorted(resources)
+    )
 
 
 def fragmentation_index(largest: int, free: int) -> float:

@@ -33,7 +33,8 @@ the reason:
 10. `other`: anything else (a pod that requests no GPU and fits nowhere).
 
 Classifications are cached in the view by `Pod.placement_key`: a Job's pending replicas are
-classified once.
+classified once. The cluster loop's view also carries the last cycle's (`ClusterView.carried`),
+whose checks of nodes that did not change are taken over rather than made again.
 """
 
 from __future__ import annotations
@@ -101,11 +102,7 @@ def classify(view: ClusterView, pod: Pod, *, admitted: bool = True) -> Classific
     cached = view.cache.get(key)
     if isinstance(cached, Classification):
         return cached if cached.quota == quotas else _with_quota(cached, quotas)
-    checks = tuple(
-        check_node(pod, state, requested, view.settings.gpu_type_labels)
-        for state in view.nodes.values()
-        if state.gpu_node or not requested
-    )
+    checks = _checks(view, pod, view.carried.get(key), requested)
     reason, summary = _decide(view, pod, requested, checks, () if admitted else quotas)
     open_free = {r: sum(c.free(r) for c in checks if c.open) for r in requested}
     result = Classification(
@@ -119,6 +116,25 @@ def classify(view: ClusterView, pod: Pod, *, admitted: bool = True) -> Classific
     )
     view.cache[key] = result
     return result
+
+
+def _checks(
+    view: ClusterView, pod: Pod, earlier: object, requested: Mapping[str, int]
+) -> tuple[NodeCheck, ...]:
+    """The pod against every GPU node (every node, for a pod that asks for no GPU), in name
+    order. A check reads only the pod's placement and the node's state, and a state that did
+    not change is the same object from one cycle's view to the next (incremental_view.py), so
+    `earlier`, the last cycle's verdict on the same placement, lends its check of such a node."""
+    lent = {c.node: c for c in earlier.nodes} if isinstance(earlier, Classification) else {}
+    labels = view.settings.gpu_type_labels
+    checks = []
+    for name, state in view.nodes.items():
+        if state.gpu_node or not requested:
+            check = lent.get(name)
+            if check is None or check.state is not state:
+                check = check_node(pod, state, requested, labels)
+            checks.append(check)
+    return tuple(checks)
 
 
 def _with_quota(cached: Classification, quotas: tuple[QuotaCheck, ...]) -> Classification:

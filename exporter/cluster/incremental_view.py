@@ -21,7 +21,8 @@ shape `build` makes (tests/unit/test_cluster_incremental_view.py holds the two e
 random sequences of events): the readers (capacity, classification, quotas, families) see
 one value per cycle as before, and node states that did not change are shared between
 cycles, which is safe since they are frozen. The pods tuple is the copy the watch handed
-over with the changes.
+over with the changes. Each view carries the last one's classifications, whose checks of the
+nodes whose state is shared are taken over (classify.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 from kube_gpu_exporter.exporter.cluster.objects import Node, Pod, Quota
 from kube_gpu_exporter.exporter.cluster.quantities import PODS, Resources, add
@@ -66,6 +68,8 @@ class IncrementalView:
         self._pending: dict[Identity, Pod] = {}
         self._quotas: dict[str, dict[Identity, Quota]] = {}  # namespace → quotas
         self._quota_view: Mapping[str, tuple[Quota, ...]] | None = None
+        # the last view's classifications, lent to the next one (ClusterView.carried)
+        self._carried: Mapping[tuple[Any, ...], Any] = {}
 
     def update(self, nodes: Taken[Node], pods: Taken[Pod], quotas: Taken[Quota]) -> ClusterView:
         """The view of what was taken: the changes applied, or everything again when any
@@ -121,14 +125,17 @@ class IncrementalView:
         if self._quota_view is None:
             by_namespace = {ns: tuple(held.values()) for ns, held in self._quotas.items()}
             self._quota_view = MappingProxyType(by_namespace)
-        return ClusterView(
+        view = ClusterView(
             nodes=self._ordered,
             pods=pods,
             quotas=self._quota_view,
             settings=self._settings,
             advertised=MappingProxyType(dict(self._advertised)),
             pending=tuple(self._pending.values()),
+            carried=self._carried,
         )
+        self._carried = view.cache  # filled as this cycle classifies; lent to the next
+        return view
 
     def _node(self, old: Node | None, new: Node | None) -> None:
         if old is not None:

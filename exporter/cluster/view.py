@@ -58,6 +58,8 @@ class ClusterView:
     Build it with `ClusterView.build` (or `IncrementalView`); it is immutable apart from a
     cache of classifications (`classify.py`) keyed by `Pod.placement_key`, valid for this
     view only. `pending`: the pods waiting for the scheduler that request a GPU resource.
+    `carried`: the previous cycle's cache, from `IncrementalView`, whose node checks
+    classification takes over where the node's state is the same object (else empty).
     """
 
     nodes: Mapping[str, NodeState]
@@ -67,6 +69,7 @@ class ClusterView:
     advertised: Mapping[str, int]  # GPU resource → allocatable over all nodes
     pending: tuple[Pod, ...]
     cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+    carried: Mapping[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(

@@ -12,6 +12,8 @@ taken off, a relist not rebuilt) must each be caught.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import sys
 import threading
 from collections import Counter
@@ -24,6 +26,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
+from kube_gpu_exporter.exporter.catalog.cluster import Reason
 from kube_gpu_exporter.exporter.cluster import (
     DEFAULT_SETTINGS,
     ClusterView,
@@ -33,7 +36,10 @@ from kube_gpu_exporter.exporter.cluster import (
     Taint,
     Toleration,
 )
+from kube_gpu_exporter.exporter.cluster.capacity import node_capacity
+from kube_gpu_exporter.exporter.cluster.classify import Classification, classify
 from kube_gpu_exporter.exporter.cluster.incremental_view import IncrementalView
+from kube_gpu_exporter.exporter.cluster.placement import check_node
 from kube_gpu_exporter.exporter.cluster.settings import PRODUCT_LABEL
 from kube_gpu_exporter.exporter.cluster.view_changes import HeldObjects, Taken
 from kube_gpu_exporter.exporter.exposition.cluster_families import ClusterState, cluster_families
@@ -217,6 +223,7 @@ class ViewMachine(RuleBasedStateMachine):
             assert Counter(map(id, taken[name].values)) == Counter(map(id, watch.model.values()))
             assert set(taken[name].held) == set(watch.model)
         view = self.view.update(taken["nodes"], taken["pods"], taken["resourcequotas"])
+        self.last_view = view
         models = {name: tuple(watch.model.values()) for name, watch in self.watches.items()}
         check_view(view, models["nodes"], models["pods"], models["resourcequotas"])
 
@@ -243,6 +250,15 @@ def check_view(
     waiting = [p for p in pods if p.unscheduled and DEFAULT_SETTINGS.gpu_part(p.requests)]
     assert ids(view.pending_gpu_pods()) == ids(built.pending_gpu_pods()) == ids(waiting)
     assert families(view) == families(built)
+    # verdicts with their evidence, node by node: what the checks lent by the last cycle's
+    # view (ClusterView.carried) must not change
+    for pod in waiting:
+        assert verdict(classify(view, pod)) == verdict(classify(built, pod)), pod.name
+    assert node_capacity(view) == node_capacity(built)
+
+
+def verdict(found: Classification) -> tuple[Any, ...]:
+    return (found.reason, found.summary, found.nodes, found.fits, found.open_free, found.quota)
 
 
 def ids(objects: Any) -> Counter[int]:
@@ -306,6 +322,69 @@ def test_the_property_catches_a_broken_incremental_update(mutant: type[Increment
     machine = type(f"{mutant.__name__}Machine", (ViewMachine,), {"view_class": mutant})
     with pytest.raises((AssertionError, LookupError)):  # a figure differs, or a state is missing
         run_state_machine_as_test(machine, settings=FIND)
+
+
+def _lends_any_check(
+    view: ClusterView, pod: Pod, earlier: object, requested: Mapping[str, int]
+) -> tuple[Any, ...]:
+    """The last cycle's check of a node taken over even where the node's state changed."""
+    lent = {c.node: c for c in earlier.nodes} if isinstance(earlier, Classification) else {}
+    labels = view.settings.gpu_type_labels
+    return tuple(
+        lent.get(name) or check_node(pod, state, requested, labels)
+        for name, state in view.nodes.items()
+        if state.gpu_node or not requested
+    )
+
+
+def _lends_any_rows(view: ClusterView, name: str, state: Any) -> tuple[Any, ...]:
+    """The first rows ever made for a node name, whatever its state since."""
+    return _FIRST_ROWS.setdefault(name, _NODE_ROWS(view, name, state))
+
+
+_FIRST_ROWS: dict[str, tuple[Any, ...]] = {}
+# the modules, not the functions of the same names that the package exports
+classifying = importlib.import_module("kube_gpu_exporter.exporter.cluster.classify")
+capacity = importlib.import_module("kube_gpu_exporter.exporter.cluster.capacity")
+_NODE_ROWS = capacity._node_rows
+
+
+def bind_beside_a_waiting_pod() -> None:
+    """A GPU pod waits and fits on gpu-a; then another binds there and takes most of its
+    GPUs: the second cycle's verdict and capacity rows must follow gpu-a's new state, not
+    what the first cycle's view lends."""
+    machine = ViewMachine()
+    allocatable = MappingProxyType({GPU: 8, "cpu": 2000, "pods": 3})
+    node = Node(name="gpu-a", allocatable=allocatable, ready=True)
+    machine.node_event("ADDED", ("gpu-a", node))
+    waiting = Pod("team-a", "p0", requests=MappingProxyType({GPU: 4}), created_at=100.0)
+    machine.pod_event("ADDED", ("team-a/p0", waiting))
+    machine.cycle()
+    bound = Pod("team-a", "p1", phase="Running", node_name="gpu-a")
+    bound = dataclasses.replace(bound, requests=MappingProxyType({GPU: 6}))
+    machine.pod_event("ADDED", ("team-a/p1", bound))
+    machine.cycle()
+    view = machine.last_view
+    assert [(r.node, r.allocated, r.free) for r in node_capacity(view)] == [("gpu-a", 6, 2)]
+    assert classify(view, waiting).reason is Reason.INSUFFICIENT_GPUS
+
+
+def test_a_node_that_changed_between_cycles_is_checked_again() -> None:
+    bind_beside_a_waiting_pod()
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "broken"),
+    [(classifying, "_checks", _lends_any_check), (capacity, "_node_rows", _lends_any_rows)],
+    ids=["checks lent across a state change", "capacity rows kept across a state change"],
+)
+def test_the_property_catches_what_a_view_lends_its_next_cycle_wrongly(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, broken: Any
+) -> None:
+    _FIRST_ROWS.clear()
+    monkeypatch.setattr(module, name, broken)
+    with pytest.raises(AssertionError):
+        bind_beside_a_waiting_pod()
 
 
 def test_events_are_not_relists_and_a_relist_voids_the_changes() -> None:
