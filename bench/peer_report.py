@@ -90,6 +90,7 @@ class Run:
     deployed_args: tuple[str, ...]  # the DaemonSet's, as read from the manifest
     pods: tuple[int, int]  # on the node as deployed: all, holding GPUs
     in_cluster: bool  # as deployed, through the mounted service account (else a kubeconfig)
+    floor_share: float | None = None  # of a core: an asyncio loop waking once a second, idle
 
 
 def _git_describe() -> str:
@@ -248,6 +249,30 @@ def table(r: Run) -> list[str]:
     ]
 
 
+def floor(r: Run) -> list[str]:
+    """What the machine charges a Python process that does nothing but wake once a second,
+    as every exporter here does at least for its scrape: on a virtual machine that charges
+    each wakeup ~0.5 ms, this floor, not the work, can decide the CPU ratio."""
+    if r.floor_share is None:
+        return []
+    client = r.figures["client"].steady_share
+    deployed = _without_poller(r.figures["deployed"])
+    share = r.floor_share / client if client > 0 else float("nan")
+    reach = (
+        "out of reach on this machine for any Python process that wakes as often"
+        if r.floor_share > CPU_OVER_CLIENT * client
+        else "within reach"
+    )
+    return [
+        "",
+        f"The machine's floor over the same window: a Python asyncio loop that only sleeps "
+        f"and wakes once a second (`bench/peers.py`'s FLOOR, no scrapes, no work) took "
+        f"{r.floor_share:.2%} of a core, {share:.2f}× prometheus-client's {client:.2%}: the "
+        f"≤ 0.5× target is {reach}. Ours as deployed, without the fake's Xid polling, "
+        f"{deployed:.2%}: {deployed - r.floor_share:+.2%} of a core above the floor.",
+    ]
+
+
 def details(r: Run) -> list[str]:
     s = r.settings
     parts = [
@@ -307,6 +332,7 @@ def render(r: Run, run: str) -> str:
                 "attributed and the pod watch is up.",
                 "",
                 *table(r),
+                *floor(r),
                 "",
                 *details(r),
             ]

@@ -14,7 +14,9 @@ deployed, the manifest's interval. In order:
 2. all started once more and left running: VmRSS at first data (as deployed: once every GPU
    pod is attributed);
 3. all scraped once a second (gzip, as Prometheus asks) for a few minutes: the share of a core
-   each used, VmRSS every 10 s (is it flat?); then body bytes plain and gzip;
+   each used, VmRSS every 10 s (is it flat?); then body bytes plain and gzip. Beside them, the
+   machine's floor (FLOOR): a Python asyncio loop that only wakes once a second, whose share
+   of a core says what this machine charges for waking alone;
 4. each in turn: its idle CPU rate without scrapes, then sequential scrapes plain and gzip;
    scrape CPU per request = (process CPU over the scrapes − idle rate × their time) ÷ N.
 
@@ -28,11 +30,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import peer_install
@@ -123,6 +126,33 @@ def bodies(server: Running) -> tuple[int, int, int]:
     if status != 200 or gz_status != 200:
         raise BenchError(f"{server.peer.name}: /metrics answered {status} / {gz_status}")
     return len(plain), len(gzipped), samples(plain)
+
+
+# The machine's floor (peer_report.floor): an asyncio loop that wakes once a second and does
+# nothing else, measured over the same window as the exporters.
+FLOOR = """
+import asyncio
+
+async def main():
+    while True:
+        await asyncio.sleep(1)
+
+asyncio.run(main())
+"""
+
+
+@contextmanager
+def floor_running() -> Iterator[Callable[[], float]]:
+    """FLOOR running for the block; the callable gives its share of a core since the block
+    began (its start and imports, before, are not the floor)."""
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR])
+    try:
+        time.sleep(2.0)
+        before, started = procs.cpu_seconds(proc.pid), time.monotonic()
+        yield lambda: (procs.cpu_seconds(proc.pid) - before) / (time.monotonic() - started)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def steady(
@@ -241,8 +271,10 @@ def _measure(
                 wait_attributed(server, deployed.held)
             rss_first[peer.key] = procs.rss_bytes(server.pid)
             servers.append(server)
-        log(f"all {len(servers)} at 1 scrape/s for {settings.steady_s:.0f} s")
-        at_one_per_s = steady(servers, settings.steady_s, settings.rss_every_s)
+        log(f"all {len(servers)} at 1 scrape/s for {settings.steady_s:.0f} s, the floor beside")
+        with floor_running() as floor:
+            at_one_per_s = steady(servers, settings.steady_s, settings.rss_every_s)
+            floor_share = floor()
         for server in servers:
             # after the window: series that need two readings (rates) are in every body by now
             first[server.peer.key] = (rss_first[server.peer.key], *bodies(server))
@@ -267,6 +299,7 @@ def _measure(
         deployed.args,
         (deployed.pods, deployed.gpu_pods),
         deployed.in_cluster,
+        floor_share,
     )
 
 
