@@ -10,7 +10,8 @@ A body is rendered in two parts: the data (devices, attribution, `extra`), nearl
 bytes, then the exporter's own families, last. The cycle's duration is read between the two,
 so `kube_gpu_exporter_collection_duration_seconds` covers reading, attributing and rendering
 (gzip included) of the very body that carries it; only those few closing lines are not in it.
-prometheus-client's encoders do the formatting; snapshot_families.py builds the families.
+prometheus-client's encoders decide the formatting, and fast_encoders.py writes the same bytes
+faster for the families snapshot_families.py builds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import Metric as Family
 from prometheus_client.exposition import choose_encoder
 
+from kube_gpu_exporter.exporter.exposition.fast_encoders import faster
 from kube_gpu_exporter.exporter.exposition.snapshot_families import SnapshotCollector
 from kube_gpu_exporter.exporter.exposition.text_counters import text_families
 from kube_gpu_exporter.exporter.snapshot import Snapshot
@@ -167,8 +169,9 @@ class Rendered:
 
 
 def negotiate(accept: str) -> tuple[Encoder, str, str]:
-    """prometheus_client's choice of encoder and content type for `Accept`, and the format the
-    body depends on. A scraper sends the same Accept every time: short ones are remembered."""
+    """prometheus_client's choice of encoder and content type for `Accept` (the encoder as
+    fast_encoders.py writes it), and the format the body depends on. A scraper sends the same
+    Accept every time: short ones are remembered."""
     if len(accept) <= ACCEPT_MEMO_CHARS:
         return _negotiated(accept)
     return _negotiate(accept)
@@ -176,7 +179,7 @@ def negotiate(accept: str) -> tuple[Encoder, str, str]:
 
 def _negotiate(accept: str) -> tuple[Encoder, str, str]:
     encoder, content_type = choose_encoder(accept)
-    return encoder, content_type, _without_escaping(content_type)
+    return faster(encoder, content_type), content_type, _without_escaping(content_type)
 
 
 ACCEPT_MEMO_CHARS = 512  # Prometheus 3's Accept is ~250 characters; 64 remembered
@@ -236,8 +239,7 @@ class FamiliesBody:
         self._bodies: dict[tuple[str, bool], bytes] = {}
 
     def body(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
-        encoder, content_type = choose_encoder(accept)
-        fmt = _without_escaping(content_type)
+        encoder, content_type, fmt = negotiate(accept)
         if self._demand is not None:
             self._demand.note(fmt, gzipped, encoder)
         return self._render(encoder, fmt, gzipped), content_type
