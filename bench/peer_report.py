@@ -252,7 +252,8 @@ def table(r: Run) -> list[str]:
 def floor(r: Run) -> list[str]:
     """What the machine charges a Python process that does nothing but wake once a second,
     as every exporter here does at least for its scrape: on a virtual machine that charges
-    each wakeup ~0.5 ms, this floor, not the work, can decide the CPU ratio."""
+    each wakeup dearly (bench/README.md, "Lean as deployed"), this floor, not the work, can
+    decide the CPU ratio."""
     if r.floor_share is None:
         return []
     client = r.figures["client"].steady_share

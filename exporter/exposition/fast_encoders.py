@@ -3,13 +3,14 @@
 Rendering was most of a collection cycle, and most of rendering was prometheus-client checking
 and escaping every name again on every sample: a regex per label name, and in OpenMetrics a
 rune-by-rune walk of every sample's name. Our names never need it: the catalog's names and
-label names are plain `[a-zA-Z_][a-zA-Z0-9_]*` (tests hold every catalog name to it), which
-every escaping scheme leaves as they are. So a family whose names are all of that form, and
+label names are plain `[a-zA-Z_][a-zA-Z0-9_]*`, which every escaping scheme leaves as they
+are. So a family whose names are all of that form, and
 whose samples carry no timestamp, exemplar or native histogram, is written here with the
 same lines prometheus-client writes (label values escaped alike, numbers by its own
 `floatToGoString`); any other family, or any scheme but `underscores` and `allow-utf-8`, goes
-to prometheus-client's encoder itself. A hypothesis test holds the two to the same bytes over
-generated families, special characters and unusual names included.
+to prometheus-client's encoder itself. tests/unit/test_fast_encoders.py holds the two to the
+same bytes over generated families, special characters and unusual names included, and checks
+that the node's and the cluster's families all take the fast path.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from prometheus_client import Metric as Family
 from prometheus_client.openmetrics.exposition import ALLOWUTF8, UNDERSCORES
 from prometheus_client.utils import floatToGoString as _untyped_float
 
+from kube_gpu_exporter.exporter.exposition.text_counters import OneFamily
+
 Encoder = Callable[..., bytes]
 OPENMETRICS: Final = "application/openmetrics-text"
 TEXT: Final = "text/plain"
+OPENMETRICS_EOF: Final = "# EOF\n"
 # Names every escaping scheme leaves unchanged: legacy-valid, no colon, not reserved ("__").
 _PLAIN_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # Text-format samples that prometheus-client moves to a gauge family of their own, at the end
@@ -50,14 +54,6 @@ class Collector(Protocol):
     def collect(self) -> Iterable[Family]: ...
 
 
-class _One:
-    def __init__(self, family: Family) -> None:
-        self._family = family
-
-    def collect(self) -> Iterable[Family]:
-        return (self._family,)
-
-
 def faster(encoder: Encoder, content_type: str) -> Encoder:
     """What `encoder` (prometheus-client's, chosen for `content_type`) writes, faster; the
     encoder itself where the escaping scheme could change a name."""
@@ -65,9 +61,11 @@ def faster(encoder: Encoder, content_type: str) -> Encoder:
     if keywords.get("escaping", UNDERSCORES) not in (UNDERSCORES, ALLOWUTF8):
         return encoder
     if content_type.startswith(OPENMETRICS):
-        return functools.partial(_encode, family_lines=_openmetrics_family, fallback=encoder)
+        return functools.partial(
+            _encode, family_lines=_openmetrics_family, fallback=encoder, end=OPENMETRICS_EOF
+        )
     if content_type.startswith(TEXT):
-        return functools.partial(_encode, family_lines=_text_family, fallback=encoder)
+        return functools.partial(_encode, family_lines=_text_family, fallback=encoder, end="")
     return encoder
 
 
@@ -75,19 +73,18 @@ def _encode(
     collector: Collector,
     family_lines: Callable[[Family, Labelled], str | None],
     fallback: Encoder,
+    end: str,
 ) -> bytes:
+    """Every family by `family_lines`, or by `fallback` alone where it cannot; `end` closes the
+    body (OpenMetrics' `# EOF`, which a fallback's one-family body also ends with)."""
     out: list[str] = []
-    openmetrics = family_lines is _openmetrics_family
     labelled: Labelled = {}
     for family in collector.collect():
         lines = family_lines(family, labelled)
         if lines is None:
-            lines = fallback(_One(family)).decode()
-            if openmetrics:
-                lines = lines.removesuffix("# EOF\n")
+            lines = fallback(OneFamily(family)).decode().removesuffix(end)
         out.append(lines)
-    if openmetrics:
-        out.append("# EOF\n")
+    out.append(end)
     return "".join(out).encode()
 
 

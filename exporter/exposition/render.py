@@ -26,16 +26,19 @@ from collections.abc import Callable, Sequence
 from prometheus_client import Metric as Family
 from prometheus_client.exposition import choose_encoder
 
-from kube_gpu_exporter.exporter.exposition.fast_encoders import faster
+from kube_gpu_exporter.exporter.exposition.fast_encoders import (
+    OPENMETRICS,
+    OPENMETRICS_EOF,
+    Encoder,
+    faster,
+)
 from kube_gpu_exporter.exporter.exposition.snapshot_families import SnapshotCollector
 from kube_gpu_exporter.exporter.exposition.text_counters import text_families
 from kube_gpu_exporter.exporter.snapshot import Snapshot
 
-Encoder = Callable[..., bytes]
 GZIP_LEVEL = 6
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib writes a gzip member (header and trailer)
-OPENMETRICS = "application/openmetrics-text"
-EOF_LINE = b"# EOF\n"
+EOF_LINE = OPENMETRICS_EOF.encode()
 # A variant asked for within this long is pre-rendered each cycle: longer than any common
 # scrape interval, so a Prometheus that scrapes every minute finds its bytes ready.
 DEMAND_SECONDS = 300.0

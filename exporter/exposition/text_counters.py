@@ -31,7 +31,7 @@ class UnsuffixedCounter(Family):
         super().__init__(name, documentation, UNKNOWN)
 
 
-class _One:
+class OneFamily:
     """A collector of one family, for the encoders (they take anything with `collect()`)."""
 
     def __init__(self, family: Family) -> None:
@@ -46,7 +46,7 @@ def text_families(encoder: Callable[..., bytes], families: Iterable[Family]) -> 
     as content negotiation chose it), each `UnsuffixedCounter` typed `counter`."""
     out: list[bytes] = []
     for family in families:
-        text = encoder(_One(family))
+        text = encoder(OneFamily(family))
         if isinstance(family, UnsuffixedCounter):
             # The encoder writes exactly `# HELP` then `# TYPE` (HELP escapes its newlines).
             help_line, _type_line, samples = text.split(b"\n", 2)

@@ -10,8 +10,11 @@ them (a fast encoder that always fell back would pass the equality alone).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +24,13 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Exemplar
 from test_bodies import snapshot
 
-from kube_gpu_exporter.exporter.exposition import fast_encoders
+from kube_gpu_exporter.exporter.cluster import ClusterView, Node, Pod, Quota
+from kube_gpu_exporter.exporter.cluster.transitions import Histogram, TransitionCounts
+from kube_gpu_exporter.exporter.exposition.cluster_families import (
+    ClusterState,
+    WatchHealth,
+    cluster_families,
+)
 from kube_gpu_exporter.exporter.exposition.fast_encoders import faster
 from kube_gpu_exporter.exporter.exposition.render import COMMON_ACCEPT_HEADERS
 from kube_gpu_exporter.exporter.exposition.snapshot_families import SnapshotCollector
@@ -105,19 +114,38 @@ def node_families() -> list[Family]:
     return list(SnapshotCollector(snapshot()).collect())
 
 
+def cluster_families_now() -> list[Family]:
+    """The cluster view's families: capacity, a pending GPU pod, a quota, the watches'
+    health, and the scheduling-wait histogram."""
+    gpu = "nvidia.com/gpu"
+    node = Node("gpu-a", allocatable=MappingProxyType({gpu: 8, "cpu": 2000, "pods": 10}))
+    bound = Pod("ml", "train", phase="Running", node_name="gpu-a")
+    bound = dataclasses.replace(bound, requests=MappingProxyType({gpu: 6}))
+    waiting = Pod("ml", "wait", requests=MappingProxyType({gpu: 4}), created_at=100.0)
+    quota = Quota("ml", "gpus", hard=MappingProxyType({gpu: 8}), used=MappingProxyType({gpu: 6}))
+    view = ClusterView.build([node], [bound, waiting], [quota])
+    wait = Histogram()
+    wait.observe(12.5)
+    counts = TransitionCounts({("ml", gpu): wait}, {("ml", gpu, "PreemptionByScheduler"): 1})
+    health = {"pods": WatchHealth(True, {"timeout": 2}, 2)}
+    return list(cluster_families(ClusterState(view, health, 1_000.0, transitions=counts)))
+
+
+def _refuse(*_: object, **__: object) -> bytes:
+    raise AssertionError("a family of ours went to prometheus-client's encoder")
+
+
+@pytest.mark.parametrize("made", [node_families, cluster_families_now], ids=["node", "cluster"])
 @pytest.mark.parametrize("accept", ACCEPTS[:3])
-def test_our_families_take_the_fast_path(accept: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    found = node_families()
+def test_our_families_take_the_fast_path(accept: str, made: Callable[[], list[Family]]) -> None:
+    found = made()
     assert found
     fast, slow = both(Families(found), accept)
     assert fast == slow
-
-    def refuse(*_: object) -> bytes:
-        raise AssertionError("a family of ours went to prometheus-client's encoder")
-
+    # the same bytes with prometheus-client's encoder out of reach: no family fell back to it
     encoder, content_type = choose_encoder(accept)
-    monkeypatch.setattr(fast_encoders, "_One", refuse)
-    assert faster(encoder, content_type)(Families(found)) == slow
+    refusing = functools.partial(_refuse, **getattr(encoder, "keywords", {}))
+    assert faster(refusing, content_type)(Families(found)) == slow
 
 
 def test_numbers_are_prometheus_clients() -> None:
