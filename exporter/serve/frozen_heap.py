@@ -29,23 +29,46 @@ garbage would make grow, and what the Deployment's memory limit is about; pages 
 allocator kept after a peak are used first, so the trigger comes that much later, bounded
 by the peak. Where it cannot be read, growth is unknown and starts nothing; the (re)lists'
 full collections still run.
+
+`gc.collect` does nothing, and says nothing, when another thread is inside a collection
+(CPython runs one at a time, and a collection's finalizers and callbacks run Python code
+that lets other threads in): a watch thread's young collection can swallow the full one a
+relist asked for. So each collection here is checked in `gc.get_stats()`, retried while
+another thread finishes, and a full one that still did not run stays due for the next cycle.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
 GROWTH: Final = 0.25  # heap growth over the last full collection's that starts another
 NEVER: Final = 2**31 - 1  # a third threshold no count of young collections reaches
 STATM: Final = "/proc/self/statm"  # sizes in pages: total, resident, shared, …
+PATIENCE: Final = 0.5  # seconds a collection is retried while another thread runs one
 
 T = TypeVar("T")
 
 
 PAGE: Final = os.sysconf("SC_PAGE_SIZE")
+
+
+def collect(generation: int, patience: float = PATIENCE) -> bool:
+    """Collect `generation` (and the younger ones); False when another thread's collection
+    kept it from running for `patience` seconds. `gc.collect` returns 0 both when it found
+    nothing and when it did not run; the generation's count of collections tells them apart."""
+    deadline = time.monotonic() + patience
+    while True:
+        before = gc.get_stats()[generation]["collections"]
+        gc.collect(generation)
+        if gc.get_stats()[generation]["collections"] != before:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)  # let the collecting thread finish (it may be waiting for the GIL)
 
 
 def heap_size() -> int | None:
@@ -63,8 +86,10 @@ class FrozenHeap:
     """The policy above, for one process; `start` once, `after_cycle` from the thread that
     runs the cycles (gc calls are process-wide, one thread makes them)."""
 
-    def __init__(self, growth: float = GROWTH) -> None:
+    def __init__(self, growth: float = GROWTH, patience: float = PATIENCE) -> None:
         self._growth = growth
+        self._patience = patience
+        self._due = True  # a full collection asked for (the first, a relist) and not yet run
         self._baseline = (
             0  # heap_size() after the last full collection (or lowest since); 0 unknown
         )
@@ -80,7 +105,7 @@ class FrozenHeap:
         by the young collections the cycle's own allocations start. The cycle's copy of the
         watches' pods is one tuple, and each young collection that found it young walked all
         of it (the cycle's slowest collections, twice a cycle: bench/README.md)."""
-        gc.collect(1)
+        collect(1, self._patience)
         made = make()
         gc.freeze()
         return made
@@ -88,17 +113,23 @@ class FrozenHeap:
     def after_cycle(self, relisted: bool) -> None:
         """Collect the young, freeze what lives; a full collection first when `relisted` or
         when the heap grew by the growth factor (or on the first cycle). Nothing here walks
-        the frozen objects but that full collection."""
-        gc.collect(1)
+        the frozen objects but that full collection. One another thread's collection kept
+        from running stays due: the next cycle runs it."""
+        self._due = self._due or relisted
+        collect(1, self._patience)
         heap = heap_size()
         limit = self._baseline * (1 + self._growth)  # 0: unknown since the last full one
         grown = heap is not None and self._baseline > 0 and heap > limit
-        if relisted or not self.full_collections or grown:
+        if self._due or grown:
             gc.unfreeze()
-            gc.collect()
+            ran = collect(2, self._patience)
             gc.freeze()
-            self._baseline = heap_size() or 0
-            self.full_collections += 1
+            if ran:
+                self._due = False
+                self._baseline = heap_size() or 0
+                self.full_collections += 1
+            else:
+                self._due = True
             return
         gc.freeze()
         if heap is not None:

@@ -23,14 +23,20 @@ from kube_gpu_exporter.demo.kube_api import KubeApiServer
 from kube_gpu_exporter.exporter.cluster import DEFAULT_SETTINGS
 from kube_gpu_exporter.exporter.cluster.watches import ClusterWatches
 from kube_gpu_exporter.exporter.serve.cluster_loop import ClusterLoop
+from kube_gpu_exporter.exporter.serve.frozen_heap import FrozenHeap
 from support import full_collections_during, wait_until
 
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
+    """The collector as the cluster process sets it (no automatic full collection in the
+    watch threads to count), and as it was afterwards."""
+    thresholds = gc.get_threshold()
     gc.unfreeze()
+    FrozenHeap().start()
     yield
     gc.unfreeze()  # leave the test process as it was
+    gc.set_threshold(*thresholds)
 
 
 def collected(obj: object) -> bool:

@@ -7,8 +7,10 @@ import asyncio
 import gc
 import mmap
 import sys
+import threading
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,56 @@ def test_the_cluster_loop_sets_the_collector_when_it_starts() -> None:
 
     asyncio.run(started())
     assert gc.get_threshold()[2] == NEVER
+
+
+@contextmanager
+def collection_held_by_another_thread() -> Iterator[threading.Event]:
+    """Another thread inside a young collection until the yielded event is set: its gc
+    callback waits on it, as a finalizer or callback running Python code lets others in."""
+    inside, release = threading.Event(), threading.Event()
+    holder: list[int] = []
+
+    def hold(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and threading.get_ident() in holder:
+            inside.set()
+            release.wait(10)
+
+    def collect_young() -> None:
+        holder.append(threading.get_ident())
+        gc.collect(0)
+
+    gc.callbacks.append(hold)
+    thread = threading.Thread(target=collect_young)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        yield release
+    finally:
+        release.set()
+        thread.join()
+        gc.callbacks.remove(hold)
+
+
+def test_a_full_collection_waits_out_another_threads_collection() -> None:
+    """`gc.collect` returns at once when another thread is collecting: the relist's full
+    collection is retried until that one ends, not skipped."""
+    heap = FrozenHeap(patience=10)
+    heap.after_cycle(relisted=False)
+    with collection_held_by_another_thread() as release:
+        threading.Timer(0.05, release.set).start()
+        dead = cycle_garbage()
+        assert full_collections_during(lambda: heap.after_cycle(relisted=True)) == 1
+    assert dead() is None
+    assert heap.full_collections == 2
+
+
+def test_a_full_collection_kept_from_running_stays_due() -> None:
+    heap = FrozenHeap(patience=0.05)
+    heap.after_cycle(relisted=False)
+    with collection_held_by_another_thread():
+        dead = cycle_garbage()
+        assert full_collections_during(lambda: heap.after_cycle(relisted=True)) == 0
+        assert heap.full_collections == 1
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 1
+    assert dead() is None
+    assert full_collections_during(lambda: heap.after_cycle(relisted=False)) == 0
