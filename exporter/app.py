@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubelet import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from kube_gpu_exporter.exporter.malloc_arenas import cap_arenas
 from kube_gpu_exporter.exporter.pci_bus import DEFAULT_SYSFS, PciBus
 from kube_gpu_exporter.exporter.serve.collection import CollectionLoop, Sampler
 from kube_gpu_exporter.exporter.serve.site import (
@@ -200,6 +201,7 @@ async def _shut_down(
 def serve(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
     sys.setswitchinterval(GIL_SWITCH_SECONDS)  # above
+    cap_arenas()  # before any thread starts (malloc_arenas.py)
     try:
         web_config = load_web_config(args.web_config) if args.web_config else WebConfig()
         ensure_descriptors(args.max_connections)

@@ -21,6 +21,7 @@ from kube_gpu_exporter.exporter import logs
 from kube_gpu_exporter.exporter.cluster.flags import add_gpu_flags
 from kube_gpu_exporter.exporter.input_errors import InputError
 from kube_gpu_exporter.exporter.kubernetes.kubeconfig_choice import add_flags as kubeconfig_flags
+from kube_gpu_exporter.exporter.malloc_arenas import cap_arenas
 from kube_gpu_exporter.exporter.serve.flags import add_web_flags, duration_flag, interval
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ SWITCH_INTERVAL: Final = 0.0002  # seconds
 
 def run(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
+    cap_arenas()  # before any thread starts (malloc_arenas.py)
     try:
         asyncio.run(_serve(args))
     except InputError as exc:

@@ -55,3 +55,19 @@ def test_the_collector_policy_is_set_in_one_module() -> None:
             ):
                 found.add(str(path.relative_to(EXPORTER)))
     assert found == {"serve/frozen_heap.py"}
+
+
+def _calls_in(function: str, module: Path, callee: str) -> bool:
+    """Whether `function` in `module` calls `callee` by name."""
+    tree = ast.parse(module.read_text(), str(module))
+    (found,) = (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == callee
+        for node in ast.walk(found)
+    )
+
+
+def test_each_command_caps_malloc_arenas_before_its_threads() -> None:
+    """malloc_arenas.py: before the command starts a thread, whatever env it was started with."""
+    assert _calls_in("serve", EXPORTER / "app.py", "cap_arenas")
+    assert _calls_in("run", EXPORTER / "cluster_app.py", "cap_arenas")
