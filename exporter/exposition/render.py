@@ -227,6 +227,10 @@ def render(
         rendered.snapshot = dataclasses.replace(snapshot, exporter=state)
     for encoder, fmt, data, compressor, head in pending:
         rendered._finish(encoder, fmt, data, compressor, head)
+    # The bytes are what the scrapes take until the next cycle; the families they were made
+    # of would be held beside them, and beside the next cycle's while it builds its own. A
+    # variant first asked for later builds them again.
+    rendered._families = None
     return rendered
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -156,3 +157,27 @@ def test_the_cluster_view_prerenders_what_scrapes_asked_for() -> None:
     assert gzip.decompress(following.body(COMMON_ACCEPT_HEADERS[1], gzipped=True)[0]) == (
         gzip.decompress(asked)
     )
+
+
+def test_a_cycle_keeps_its_bytes_not_the_families_they_were_made_of(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between cycles only the bytes are served: the families would be held twice while the
+    next cycle builds its own. A variant asked for later is built again, to the same bytes."""
+    made: list[weakref.ref[Family]] = []
+
+    class Watched(SnapshotCollector):
+        def data_families(self) -> Iterator[Family]:
+            for family in super().data_families():
+                made.append(weakref.ref(family))
+                yield family
+
+    monkeypatch.setattr(render_module, "SnapshotCollector", Watched)
+    demand = Demand()
+    render(snapshot(), demand=demand).body(OPENMETRICS, gzipped=True)
+    rendered = render(snapshot(), demand=demand)
+    assert rendered.rendered_variants() == {(OPENMETRICS, False), (OPENMETRICS, True)}
+    assert made and all(ref() is None for ref in made)
+    later, _ = rendered.body("", gzipped=False)
+    assert later == render(snapshot()).body("", gzipped=False)[0]
+    assert (TEXT, False) in rendered.rendered_variants()
