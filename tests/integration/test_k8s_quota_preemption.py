@@ -79,6 +79,27 @@ def gpu_node(plane: ControlPlane, gpus: int) -> str:
     return name
 
 
+def bound(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    """The pod once the scheduler has bound it. Timed out, the failure says what the scheduler
+    said of it (its PodScheduled condition and its events), for a run that cannot be repeated."""
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    try:
+        return wait_until(
+            lambda: (found := plane.ok("GET", path))["spec"].get("nodeName") and found,
+            what=f"{name} bound",
+        )
+    except AssertionError as timed_out:
+        pod = plane.ok("GET", path)
+        events = plane.ok("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+        said = [
+            f"{e.get('reason')}: {e.get('message') or e.get('note')}"
+            for e in events
+            if e.get("involvedObject", e.get("regarding", {})).get("name") == name
+        ]
+        conditions = pod.get("status", {}).get("conditions")
+        raise AssertionError(f"{timed_out}; conditions {conditions}; events {said}") from None
+
+
 def pod_spec(gpus: int, **spec: Any) -> dict[str, Any]:
     container = {
         "name": "cuda",
@@ -226,7 +247,7 @@ def test_preemption_and_scheduling_waits_as_the_scheduler_makes_them(
         return found
 
     create("victim", low)
-    wait_until(lambda: get("victim")["spec"].get("nodeName"), what="the victim bound")
+    bound(plane, ns, "victim")
     create("preemptor", high)
     victim = wait_until(
         lambda: (found := get("victim"))["metadata"].get("deletionTimestamp") and found,
@@ -251,10 +272,7 @@ def test_preemption_and_scheduling_waits_as_the_scheduler_makes_them(
 
     # what the kubelet does once the victim's containers have stopped
     plane.ok("DELETE", f"/api/v1/namespaces/{ns}/pods/victim", {"gracePeriodSeconds": 0})
-    preemptor = wait_until(
-        lambda: (found := get("preemptor"))["spec"].get("nodeName") and found,
-        what="the preemptor bound",
-    )
+    preemptor = bound(plane, ns, "preemptor")
     waits = [
         scheduled_at(pod) - timestamp(pod["metadata"]["creationTimestamp"])
         for pod in (victim, preemptor)
@@ -266,11 +284,11 @@ def test_preemption_and_scheduling_waits_as_the_scheduler_makes_them(
         "both waits observed",
     )
     assert values(m, "kube_gpu_scheduling_wait_seconds_sum", **series) == [sum(waits)]
-    for bound in BUCKETS:
-        expected = sum(1 for wait in waits if wait <= bound)
-        assert values(m, "kube_gpu_scheduling_wait_seconds_bucket", **series, le=str(bound)) == [
+    for upper in BUCKETS:
+        expected = sum(1 for wait in waits if wait <= upper)
+        assert values(m, "kube_gpu_scheduling_wait_seconds_bucket", **series, le=str(upper)) == [
             expected
-        ], bound
+        ], upper
     assert values(m, "kube_gpu_pod_disruptions_total", **preempted) == [1]
     assert values(m, "kube_gpu_pending_pods", namespace=ns) == []
     assert values(m, "kube_gpu_node_allocated_devices", node=node) == [2]
@@ -288,7 +306,7 @@ def test_an_eviction_is_counted_once_by_its_reason(plane: ControlPlane, exporter
     pod = {"metadata": {"name": "drained"}, "spec": pinned}
     plane.ok("POST", f"/api/v1/namespaces/{ns}/pods", pod)
     path = f"/api/v1/namespaces/{ns}/pods/drained"
-    wait_until(lambda: plane.ok("GET", path)["spec"].get("nodeName"), what="the pod bound")
+    bound(plane, ns, "drained")
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "drained"}}
     plane.ok("POST", f"{path}/eviction", eviction)
     evicted = wait_until(
