@@ -1,7 +1,7 @@
 """How many malloc arenas glibc may give the process's threads: two, unless the environment says.
 
-glibc gives each thread that mallocs while another holds an arena's lock an arena of its own,
-up to eight per core, and memory freed in one arena serves only that arena again. serve runs
+glibc gives each new thread that mallocs an arena of its own, up to eight per core, and
+memory freed in one arena serves only that arena again. serve runs
 about six threads (the event loop, the collector, the Xid watcher, the pod and ResourceSlice
 watches) and the cluster view more; two arenas are enough for what they allocate, and each
 one more keeps its own freed pages resident (bench/README.md, "Lean as deployed").

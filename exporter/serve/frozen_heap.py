@@ -124,12 +124,10 @@ class FrozenHeap:
             gc.unfreeze()
             ran = collect(2, self._patience)
             gc.freeze()
+            self._due = not ran
             if ran:
-                self._due = False
                 self._baseline = heap_size() or 0
                 self.full_collections += 1
-            else:
-                self._due = True
             return
         gc.freeze()
         if heap is not None:

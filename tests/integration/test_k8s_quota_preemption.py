@@ -92,9 +92,9 @@ def bound(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
         pod = plane.ok("GET", path)
         events = plane.ok("GET", f"/api/v1/namespaces/{ns}/events")["items"]
         said = [
-            f"{e.get('reason')}: {e.get('message') or e.get('note')}"
+            f"{e.get('reason')}: {e.get('message')}"
             for e in events
-            if e.get("involvedObject", e.get("regarding", {})).get("name") == name
+            if e["involvedObject"].get("name") == name
         ]
         conditions = pod.get("status", {}).get("conditions")
         raise AssertionError(f"{timed_out}; conditions {conditions}; events {said}") from None
