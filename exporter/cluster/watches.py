@@ -56,17 +56,8 @@ from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 # kube-apiserver filters events by reason, so other events never cross the wire
 REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
-RESOURCES: Final = (
-    NODES,
-    PODS,
-    QUOTAS,
-    EVENTS,
-    WORKLOADS,
-    LOCAL_QUEUES,
-    CLUSTER_QUEUES,
-    RESOURCE_FLAVORS,
-    COHORTS,
-)
+KUEUE_RESOURCES: Final = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS, COHORTS)
+RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS, *KUEUE_RESOURCES)
 
 PodObserver = Callable[[Pod], None]
 
@@ -236,10 +227,14 @@ class ClusterWatches:
         """Each resource now, with what changed since the last take (view_changes.py)."""
         return TakenObjects(self._nodes.take(), self._pods.take(), self._quotas.take())
 
-    def kueue_objects(self) -> KueueObjects:
-        """What the Kueue watches hold now (empty without Kueue). The held dicts are the
+    def kueue_objects(self) -> KueueObjects | None:
+        """What the Kueue watches hold now (empty without Kueue); None until each of them
+        has answered its first list, so that no verdict is drawn from Workloads whose
+        ClusterQueues, flavors or cohorts are still being listed. The held dicts are the
         watch threads', changed by each event: copied first (a dict's copy is one step under
         the GIL), once a cycle rather than once an event."""
+        if not all(self.watches[name].answered for name in KUEUE_RESOURCES):
+            return None
         workloads = dict(self._workloads)
         self.queue_counters.forget_except(workloads)
         admissions, preemptions = self.queue_counters.snapshot()

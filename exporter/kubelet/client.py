@@ -328,10 +328,10 @@ class PodResourcesWatcher:
         if self._unconfirmed_empty(listing):
             self.up = True
             return True
+        self.up = True  # before the listing is out: a cycle that reads it reads this as up
         self._listing = listing
         self._listed_at = self._clock()
         self.last_success = self._wall_clock()
-        self.up = True
         if self._failing is not None:
             log.info("kubelet pod-resources recovered after %d failed tries", self._failures)
         self._failing = None

@@ -103,6 +103,7 @@ class ListWatch(Generic[T]):
         self._decoder = decoder
         self._lock = threading.Lock()
         self._up = False
+        self._answered = False  # the first list ended: listed, not served or failed
         self._served = True
         self._errors = dict.fromkeys(KUBERNETES_ERROR_KINDS, 0)
         self._response: Any = None
@@ -136,6 +137,13 @@ class ListWatch(Generic[T]):
         return self._up and not self._stop.is_set()
 
     @property
+    def answered(self) -> bool:
+        """True once the first list ended, however: the objects published, the resource not
+        served, or the list failed (`up` says which). A view that reads several watches
+        waits for this, not for `up`, so that one failing watch cannot hold the rest back."""
+        return self._answered
+
+    @property
     def served(self) -> bool:
         """False while the API server answers that it does not serve the resource."""
         return self._served
@@ -153,10 +161,11 @@ class ListWatch(Generic[T]):
                 items, version = self._list(None if consistent else "0")
                 consistent = False
                 self._served = True
-                self._publish(items)
                 if not self._up:
                     log.info("%s watch up: %d objects", self.name, len(items))
-                self._up = True
+                # up before the objects are out: a reader that sees them sees it up too
+                self._up = self._answered = True
+                self._publish(items)
                 while not self._stop.is_set():
                     version = self._watch(items, version)
             except NotServed as exc:
@@ -165,7 +174,7 @@ class ListWatch(Generic[T]):
                 else:
                     wait = NOT_SERVED_RECHECK_SECONDS
                     log.info("%s: %s; checking again in %.0fs", self.name, exc, wait)
-                self._served, self._up = False, True
+                self._served, self._up, self._answered = False, True, True
                 self._publish({})
                 self._stop.wait(NOT_SERVED_RECHECK_SECONDS)
             except Exception as exc:
@@ -181,7 +190,7 @@ class ListWatch(Generic[T]):
                     if not repeated:  # a second 410 with nothing seen in between backs off
                         log.info("%s watch expired (410 Gone), relisting", self.name)
                         continue
-                self._up = False
+                self._up, self._answered = False, True
                 log.warning(
                     "%s list/watch failed (%s): %s; retrying in %.1fs",
                     self.name,

@@ -146,6 +146,11 @@ class ClusterLoop:
             self._transitions.forget(taken.pods.held, started)  # keys are namespace/name
             transitions = self._transitions.snapshot()
         view = self._view.update(taken.nodes, taken.pods, taken.quotas)
+        taken_kueue = getattr(self._watches, "kueue_objects", None)  # ClusterWatches' only
+        kueue = taken_kueue() if taken_kueue is not None else None
+        rejected = self._rejections.totals if self._rejections is not None else None
+        # health is read after every object is taken, and a watch is up before it publishes
+        # a list: a page never shows a list's objects with its watch down
         counts = {
             "nodes": len(taken.nodes.values),
             "pods": len(taken.pods.values),
@@ -158,8 +163,6 @@ class ClusterLoop:
             name: WatchHealth(up, errors.get(name, {}), counts.get(name, 0))
             for name, up in self._watches.up().items()
         }
-        rejected = self._rejections.totals if self._rejections is not None else None
-        kueue = getattr(self._watches, "kueue_objects", None)  # ClusterWatches' (not fakes')
         state = ClusterState(
             view,
             health,
@@ -167,7 +170,7 @@ class ClusterLoop:
             started,
             transitions,
             rejected,
-            self._kueue.judge(view, kueue()) if kueue is not None else None,
+            self._kueue.judge(view, kueue) if kueue is not None else None,
         )
         body = FamiliesBody(list(cluster_families(state)), self._demand)
         body.body(TEXT_ACCEPT, gzipped=False)  # curl's and Prometheus' fallback, always
