@@ -174,27 +174,39 @@ class Scraper(threading.Thread):
         return sock
 
     def run(self) -> None:
-        sock: socket.socket | None = None
-        reader: Reader | None = None
+        held: tuple[socket.socket, Reader] | None = None
         for _ in range(self.scrapes):
             started = time.monotonic()
-            status = 0
-            try:
-                if sock is None or reader is None:
-                    sock = self._connect()
-                    reader = Reader(sock)
-                sock.sendall(request("GET", "/metrics", self.headers))
-                status = reader.response().status
-            except (OSError, AssertionError, ValueError):
-                if sock is not None:
-                    sock.close()
-                sock = reader = None
+            status, held, unanswered = self._scrape(held)
+            if unanswered:
+                # Go's transport (Prometheus'): a GET whose reused idle connection fails before
+                # a byte of the answer (the server may have closed it meanwhile) is sent again
+                # on a new one
+                status, held, _ = self._scrape(None)
             self.seen.latencies.append(time.monotonic() - started)
             self.seen.statuses[status] += 1
             self.seen.probes[self.probe()] += 1
             time.sleep(self.every)
-        if sock is not None:
-            sock.close()
+        if held is not None:
+            held[0].close()
+
+    def _scrape(
+        self, held: tuple[socket.socket, Reader] | None
+    ) -> tuple[int, tuple[socket.socket, Reader] | None, bool]:
+        """The status of one scrape (0: none), the connection to keep for the next, and
+        whether a reused connection failed before a byte of the answer came."""
+        reused = held is not None
+        try:
+            if held is None:
+                sock = self._connect()
+                held = sock, Reader(sock)
+            held[0].sendall(request("GET", "/metrics", self.headers))
+            return held[1].response().status, held, False
+        except (OSError, AssertionError, ValueError) as exc:
+            if held is None:
+                return 0, None, False
+            held[0].close()
+            return 0, None, reused and isinstance(exc, OSError) and not held[1].buffer
 
     def probe(self) -> int:
         try:

@@ -58,6 +58,13 @@ SEND_BUFFER: Final = 32 << 10
 # ask for the system's maximum; a queued connection costs the kernel a socket and what its
 # client sent, so 1,024 (capped by net.core.somaxconn).
 BACKLOG: Final = 1024
+# TCP_DEFER_ACCEPT (nginx's `listen ... deferred`): the kernel hands a connection over once
+# its first bytes came, or after this on the client's next ACK. A client is thus admitted
+# with its request already there, read at once: an attacker that keeps reopening connections
+# on the same address cannot displace it as idle before it could speak (a busy or distant
+# client's request lags its handshake). A silent connection waits in the kernel's queue, not
+# in the table.
+DEFER_ACCEPT_SECONDS: Final = 1
 ACCEPT_BATCH: Final = 16  # accepts between two turns of the loop (see _accept)
 OVERFLOW: Final = 32  # probe-only connections beyond --web.max-connections
 OVERFLOW_TIMEOUT: Final = 2.0  # seconds such a connection may take to ask
@@ -267,6 +274,8 @@ async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT_SECONDS)
             sock.bind(address)
             sock.listen(backlog)
             sock.setblocking(False)
