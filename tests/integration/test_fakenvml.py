@@ -442,6 +442,39 @@ def test_xid_events_are_delivered_once(nvml: FakeDriver) -> None:
         pynvml.nvmlEventSetFree(events)
 
 
+def test_a_wait_without_events_wakes_its_thread_once_per_call(nvml: FakeDriver) -> None:
+    """As the driver's, which blocks in the kernel: the exporter's Xid thread waits all the
+    time, so each extra wakeup of the fake's was charged to the exporter's CPU figures. Its
+    sleeps were 250 ms slices, each closing an inotify descriptor (the kernel then waits out
+    a grace period, one more sleep): four times the wakeups of a driver."""
+    nvml.write(NODE.state_at(0))
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    events = pynvml.nvmlEventSetCreate()
+    runs: list[int] = []
+
+    def waits(calls: int) -> None:
+        def switches() -> int:  # times this thread was put on a CPU (its third field)
+            task = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+            return int(Path(task).read_text().split()[2])
+
+        with pytest.raises(pynvml.NVMLError_Timeout):
+            pynvml.nvmlEventSetWait_v2(events, 10)  # the thread's first wait opens its watch
+        before = switches()
+        for _ in range(calls):
+            with pytest.raises(pynvml.NVMLError_Timeout):
+                pynvml.nvmlEventSetWait_v2(events, 500)
+        runs.append(switches() - before)
+
+    try:
+        pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+        waiter = threading.Thread(target=waits, args=(4,))
+        waiter.start()
+        waiter.join()
+        assert runs and runs[0] <= 2 * 4, runs  # one a call, twice that on a busy box; was 4
+    finally:
+        pynvml.nvmlEventSetFree(events)
+
+
 def test_a_new_event_set_starts_from_the_first_xid(nvml: FakeDriver) -> None:
     """Documented choice: Xids already in the file when a GPU registers are delivered too."""
     nvml.write(NODE.state_at(25))

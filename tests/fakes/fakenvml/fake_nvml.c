@@ -1667,27 +1667,66 @@ static long long monotonic_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Polls every 10 ms (re-reading the state file) until an undelivered Xid shows up. */
 /* How long one sleep of nvmlEventSetWait may last before it looks at the set again (a set
- * freed or NVML shut down meanwhile). The driver blocks in the kernel until an event or the
- * timeout; so does the fake, on inotify of the state file's folder (write_state renames a new
- * file in), instead of polling the file every few milliseconds: that polling cost the waiting
- * thread ~0.6 % of a core, which the exporter's CPU figures then carried and a driver does not. */
-#define WAIT_SLICE_MS 250
+ * freed or NVML shut down meanwhile): longer than the exporter's own waits, so that each of
+ * them is one wakeup, as with the driver, which blocks in the kernel until an event or the
+ * timeout. The fake blocks on inotify of the state file's folder (write_state renames a new
+ * file in) rather than polling the file every few milliseconds, which cost the waiting thread
+ * ~0.6 % of a core that the exporter's CPU figures then carried and a driver does not. */
+#define WAIT_SLICE_MS 1000
 
-static void wait_for_state_change(long long ms) {
+/* The calling thread's inotify descriptor on the state file's folder: opened at its first
+ * wait, closed when the thread ends (`close_watch`). Closing one makes the kernel wait out a
+ * grace period, a sleep and a second wakeup: once per slice, it doubled the waiter's. */
+static pthread_key_t g_watch_key;
+static pthread_once_t g_watch_once = PTHREAD_ONCE_INIT;
+static __thread int t_watch_fd = -1;
+static __thread char t_watch_path[sizeof(g_path)];
+
+static void close_watch(void *held) {
+    close((int)(intptr_t)held - 1);
+}
+
+static void make_watch_key(void) {
+    pthread_key_create(&g_watch_key, close_watch);
+}
+
+static int state_watch(void) {
+    if (t_watch_fd >= 0 && !strcmp(t_watch_path, g_path))
+        return t_watch_fd;
+    pthread_once(&g_watch_once, make_watch_key);
+    if (t_watch_fd >= 0) { /* NVML was initialised again on another state file */
+        close(t_watch_fd);
+        pthread_setspecific(g_watch_key, NULL);
+        t_watch_fd = -1;
+    }
     char folder[sizeof(g_path)];
     strcpy(folder, g_path);
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fd < 0 || inotify_add_watch(fd, dirname(folder), IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
         if (fd >= 0)
             close(fd);
-        usleep((useconds_t)(ms < 10 ? ms : 10) * 1000); /* no inotify: poll as before */
+        return -1;
+    }
+    strcpy(t_watch_path, g_path);
+    t_watch_fd = fd;
+    pthread_setspecific(g_watch_key, (void *)(intptr_t)(fd + 1));
+    return fd;
+}
+
+/* Sleeps until the state file's folder changes or `ms` pass; `fd` from state_watch(), taken
+ * under the lock (it reads g_path). */
+static void wait_for_state_change(int fd, long long ms) {
+    if (fd < 0) {
+        usleep((useconds_t)(ms < 10 ? ms : 10) * 1000); /* no inotify: poll */
         return;
     }
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    poll(&pfd, 1, (int)ms);
-    close(fd);
+    if (poll(&pfd, 1, (int)ms) > 0) {
+        char events[4096];
+        while (read(fd, events, sizeof(events)) > 0) /* drained: the next poll sleeps */
+            ;
+    }
 }
 
 API nvmlReturn_t nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned timeoutms) {
@@ -1716,8 +1755,9 @@ API nvmlReturn_t nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned tim
         long long left = deadline - monotonic_ms();
         if (left <= 0)
             LEAVE(NVML_ERROR_TIMEOUT);
+        int fd = state_watch();
         pthread_mutex_unlock(&g_lock);
-        wait_for_state_change(left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS);
+        wait_for_state_change(fd, left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS);
         pthread_mutex_lock(&g_lock);
         if (g_refcount == 0)
             LEAVE(NVML_ERROR_UNINITIALIZED);
