@@ -158,7 +158,7 @@ def floor_running() -> Iterator[Callable[[], float]]:
 def steady(
     servers: Sequence[Running], seconds: float, rss_every_s: float
 ) -> dict[str, tuple[float, float, list[tuple[float, int]]]]:
-    """All scraped once a second (gzip); per server: CPU s, the fake's Xid polling's CPU s
+    """All scraped once a second (gzip); per server: CPU s, the Xid watcher thread's CPU s
     (ours: the thread that sleeps most often, see run.poller_cpu) and (t, VmRSS) samples."""
     scrapers = [Scraper(s.port) for s in servers]
     cpu_before = [procs.cpu_seconds(s.pid) for s in servers]

@@ -52,8 +52,8 @@ class Stall:
 class IdleExporter:
     """CPU of the exporter subprocess over a window without scrapes.
 
-    `poller_cpu_s` is the Xid watcher thread's share: the fake's nvmlEventSetWait polls every
-    10 ms where a real driver sleeps in the kernel, so it is shown apart as a fake artefact.
+    `poller_cpu_s` is the Xid watcher thread's share: it waits in nvmlEventSetWait 500 ms at a
+    time (the fake wakes once per wait, as a driver does), work a per-cycle figure leaves out.
     """
 
     seconds: float
@@ -243,7 +243,7 @@ def cpu_table(r: Results) -> list[str]:
         ),
         f"| {window}: CPU, all threads / cycles done | {idle.cpu_s:.2f} s / {idle.cycles} | |",
         f"| {window}: CPU per cycle, all threads | {idle.per_cycle_ms(idle.cpu_s):.1f} ms | |",
-        f"| {window}: of which the fake's Xid-wait polling thread | {idle.poller_cpu_s:.2f} s | |",
+        f"| {window}: of which the Xid watcher thread | {idle.poller_cpu_s:.2f} s | |",
         f"| {window}: CPU per cycle without that thread | "
         f"{idle.per_cycle_ms(idle.own_cpu_s):.1f} ms | |",
         _share_row(f"{window}: share of one core, all threads", idle.core_share(idle.cpu_s)),

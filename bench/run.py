@@ -136,11 +136,11 @@ def exporter_value(server: procs.Server, name: str) -> float:
 
 
 def poller_cpu(pid: int, before: dict[int, ThreadCpu], after: dict[int, ThreadCpu]) -> float:
-    """CPU of the non-main thread that slept most often: the Xid watcher in the fake's wait.
+    """CPU of the non-main thread that slept most often: the Xid watcher.
 
-    The fake's nvmlEventSetWait wakes every 250 ms (an inotify slice) to look for new Xids;
-    the collector thread sleeps a few times per cycle and the event loop is the main
-    thread, so the most frequent sleeper is the poller.
+    It returns from nvmlEventSetWait twice a second (its 500 ms timeout; the fake wakes once
+    per wait, as a driver does); the collector thread sleeps a few times per cycle and the
+    event loop is the main thread, so the most frequent sleeper is the Xid watcher.
     """
     zero = ThreadCpu(0.0, 0)
     deltas = {
@@ -171,7 +171,7 @@ def measure_idle(server: procs.Server, seconds: float) -> IdleExporter:
     idle = IdleExporter(elapsed, cpu_after - cpu_before, poller, cycles)
     say(
         f"  {idle.cpu_s:.2f} s CPU over {cycles} cycles ({idle.core_share(idle.cpu_s):.2%} of a "
-        f"core; {poller:.2f} s of it the fake's Xid polling)"
+        f"core; {poller:.2f} s of it the Xid watcher's)"
     )
     return idle
 
