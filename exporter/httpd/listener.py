@@ -1,8 +1,8 @@
 """The listening sockets: accepts connections itself and shares them fairly by client address.
 
 asyncio's servers hand every accepted socket straight to a transport and offer no connection
-cap. The listener runs its own accept loop instead, so each connection passes the client table
-first (client_shares.py):
+cap. The listener runs its own accept loop instead, so each connection, once it has spoken
+(first_bytes.py), passes the client table (client_shares.py):
 
 - **its address's share** (`--web.max-connections-per-client`) and **the global cap**
   (`--web.max-connections`): a newcomer over either displaces an open connection that has no
@@ -39,6 +39,7 @@ from kube_gpu_exporter.exporter.httpd.client_shares import (
     client_address,
 )
 from kube_gpu_exporter.exporter.httpd.connection import Connection, ConnectionLimits
+from kube_gpu_exporter.exporter.httpd.first_bytes import FirstBytes
 from kube_gpu_exporter.exporter.httpd.heap_trim import HeapTrim
 from kube_gpu_exporter.exporter.httpd.tls_wire import TlsWire
 from kube_gpu_exporter.exporter.httpd.web import App
@@ -58,13 +59,6 @@ SEND_BUFFER: Final = 32 << 10
 # ask for the system's maximum; a queued connection costs the kernel a socket and what its
 # client sent, so 1,024 (capped by net.core.somaxconn).
 BACKLOG: Final = 1024
-# TCP_DEFER_ACCEPT (nginx's `listen ... deferred`): the kernel hands a connection over once
-# its first bytes came, or after this on the client's next ACK. A client is thus admitted
-# with its request already there, read at once: an attacker that keeps reopening connections
-# on the same address cannot displace it as idle before it could speak (a busy or distant
-# client's request lags its handshake). A silent connection waits in the kernel's queue, not
-# in the table.
-DEFER_ACCEPT_SECONDS: Final = 1
 ACCEPT_BATCH: Final = 16  # accepts between two turns of the loop (see _accept)
 OVERFLOW: Final = 32  # probe-only connections beyond --web.max-connections
 OVERFLOW_TIMEOUT: Final = 2.0  # seconds such a connection may take to ask
@@ -100,6 +94,10 @@ class Listener:
             limits.max_connections, limits.max_connections_per_client, self._busy
         )
         self._overflow: set[Wire] = set()
+        # newcomers that have not spoken yet wait outside the table (first_bytes.py)
+        self._unspoken = FirstBytes(
+            limits.max_connections, limits.max_connections_per_client, self._admit
+        )
         self._connections: dict[Wire, Connection] = {}
         self._heap = HeapTrim(lambda: len(self._connections), self._later)
         headers = limits.headers
@@ -122,7 +120,7 @@ class Listener:
 
     @property
     def open_connections(self) -> int:
-        return len(self._table) + len(self._overflow)
+        return len(self._table) + len(self._overflow) + len(self._unspoken)
 
     async def start(self) -> None:
         self._sockets = await _bind(self._host, self._port, self._backlog)
@@ -139,6 +137,7 @@ class Listener:
         for sock in self._sockets:
             sock.close()
         self._sockets.clear()
+        self._unspoken.close()
         for connection in list(self._connections.values()):
             connection.stop()
         loop = asyncio.get_running_loop()
@@ -170,7 +169,7 @@ class Listener:
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             sock.setblocking(False)
-            self._admit(sock, client_address(peer))
+            self._unspoken.offer(sock, client_address(peer))
             accepted += 1
             # An accept with a queue waiting completes without yielding. A turn of the loop
             # every ACCEPT_BATCH lets the connections just admitted read the requests they
@@ -274,8 +273,6 @@ async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT_SECONDS)
             sock.bind(address)
             sock.listen(backlog)
             sock.setblocking(False)

@@ -158,8 +158,8 @@ def test_an_address_shared_with_an_attacker_is_served(tmp_path: Path, send_after
     reopening) far more than the per-address share. A newcomer outlives only so many of its
     address's newer connections, and the attacker opens as many in a few milliseconds: before,
     a scraper whose request followed its handshake by 20 ms (a busy node; the test's own
-    threads) lost 30 % of its scrapes, by 100 ms all of them. The kernel now hands over a
-    connection with its request (TCP_DEFER_ACCEPT)."""
+    threads) lost 30 % of its scrapes, by 100 ms all of them. A newcomer now waits outside
+    the table until it has spoken (first_bytes.py)."""
     with run_exporter(["--simulate", DEMO], tmp_path) as exporter:
         with attacking(exporter.port, ["127.0.0.1"] * 64, (SLOW_HEAD,)):
             scrapes, probes = scrape_and_probe(exporter, send_after=send_after)
