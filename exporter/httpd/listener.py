@@ -1,8 +1,8 @@
 """The listening sockets: accepts connections itself and shares them fairly by client address.
 
 asyncio's servers hand every accepted socket straight to a transport and offer no connection
-cap. The listener runs its own accept loop instead, so each connection, once it has spoken
-(first_bytes.py), passes the client table (client_shares.py):
+cap. The listener runs its own accept loop instead, so each connection passes the client table
+first (client_shares.py):
 
 - **its address's share** (`--web.max-connections-per-client`) and **the global cap**
   (`--web.max-connections`): a newcomer over either displaces an open connection that has no
@@ -39,7 +39,6 @@ from kube_gpu_exporter.exporter.httpd.client_shares import (
     client_address,
 )
 from kube_gpu_exporter.exporter.httpd.connection import Connection, ConnectionLimits
-from kube_gpu_exporter.exporter.httpd.first_bytes import FirstBytes
 from kube_gpu_exporter.exporter.httpd.heap_trim import HeapTrim
 from kube_gpu_exporter.exporter.httpd.tls_wire import TlsWire
 from kube_gpu_exporter.exporter.httpd.web import App
@@ -94,10 +93,6 @@ class Listener:
             limits.max_connections, limits.max_connections_per_client, self._busy
         )
         self._overflow: set[Wire] = set()
-        # newcomers that have not spoken yet wait outside the table (first_bytes.py)
-        self._unspoken = FirstBytes(
-            limits.max_connections, limits.max_connections_per_client, self._admit
-        )
         self._connections: dict[Wire, Connection] = {}
         self._heap = HeapTrim(lambda: len(self._connections), self._later)
         headers = limits.headers
@@ -120,7 +115,7 @@ class Listener:
 
     @property
     def open_connections(self) -> int:
-        return len(self._table) + len(self._overflow) + len(self._unspoken)
+        return len(self._table) + len(self._overflow)
 
     async def start(self) -> None:
         self._sockets = await _bind(self._host, self._port, self._backlog)
@@ -137,7 +132,6 @@ class Listener:
         for sock in self._sockets:
             sock.close()
         self._sockets.clear()
-        self._unspoken.close()
         for connection in list(self._connections.values()):
             connection.stop()
         loop = asyncio.get_running_loop()
@@ -169,7 +163,7 @@ class Listener:
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             sock.setblocking(False)
-            self._unspoken.offer(sock, client_address(peer))
+            self._admit(sock, client_address(peer))
             accepted += 1
             # An accept with a queue waiting completes without yielding. A turn of the loop
             # every ACCEPT_BATCH lets the connections just admitted read the requests they
