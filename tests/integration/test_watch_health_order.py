@@ -33,7 +33,7 @@ from kube_gpu_exporter.exporter.serve.cluster_loop import TEXT_ACCEPT, ClusterLo
 from support import samples, values, wait_until
 
 GPU = "nvidia.com/gpu"
-STALL_SECONDS = 20.0  # the held list; the watches' read timeout is longer (`TIMEOUT`)
+STALL_SECONDS = 10.0  # a held list outlasts the others; the read timeout is longer (`TIMEOUT`)
 TIMEOUT = 40.0
 
 
@@ -97,16 +97,16 @@ def test_kueue_verdicts_wait_until_every_kueue_watch_has_answered(tmp_path: Path
                 lambda: watches.listed and all(watches.watches[n].up for n in others),
                 what="every list but the cohorts'",
             )
-            # a sample counts only if the cohorts' list was held before and after it
+            # what is read counts only if the cohorts' list was held before and after it
             held_back = not watches.watches[COHORTS].answered
             taken = watches.kueue_objects()
-            assert held_back and not watches.watches[COHORTS].answered, "stall too short"
-            assert taken is None
             page = samples(
                 ClusterLoop(watches, DEFAULT_SETTINGS, 15.0)
                 .cycle()
                 .body(TEXT_ACCEPT, gzipped=False)[0]
             )
+            assert held_back and not watches.watches[COHORTS].answered, "stall too short"
+            assert taken is None
             assert values(page, "kube_gpu_queue_info") == []
             assert values(page, "kube_gpu_pending_workloads") == []
             assert values(page, "kube_gpu_cluster_watch_up", resource=COHORTS) == [0.0]
@@ -143,7 +143,7 @@ def test_a_list_that_lands_during_a_cycle_is_served_with_its_watch_up(tmp_path: 
     with KubeApiServer(kueue_versions=("v1beta2",)) as api:
         api.put_node(make_node("gpu-a"))
         _kueue(api)
-        api.stall(3.0, resource=COHORTS)
+        api.stall(STALL_SECONDS, resource=COHORTS)
         watches = TakenAfterTheList(
             str(api.write_kubeconfig(tmp_path / "kubeconfig")), DEFAULT_SETTINGS, timeout=TIMEOUT
         )
