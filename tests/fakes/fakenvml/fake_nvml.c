@@ -1708,6 +1708,7 @@ static int state_watch(void) {
             close(fd);
         return -1;
     }
+    count_call("inotify watch opened"); /* under the lock: state_watch's caller holds it */
     strcpy(t_watch_path, g_path);
     t_watch_fd = fd;
     pthread_setspecific(g_watch_key, (void *)(intptr_t)(fd + 1));
@@ -1756,6 +1757,7 @@ API nvmlReturn_t nvmlEventSetWait_v2(void *set, event_data_t *data, unsigned tim
         if (left <= 0)
             LEAVE(NVML_ERROR_TIMEOUT);
         int fd = state_watch();
+        count_call("nvmlEventSetWait sleep");
         pthread_mutex_unlock(&g_lock);
         wait_for_state_change(fd, left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS);
         pthread_mutex_lock(&g_lock);
