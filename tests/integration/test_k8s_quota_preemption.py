@@ -27,6 +27,7 @@ pytestmark = pytest.mark.k8s
 
 GPU = "nvidia.com/gpu"
 QUOTA = "gpu-quota"
+OWNER_TAINT = "kube-gpu-exporter.test/owner"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -71,12 +72,22 @@ def namespace(plane: ControlPlane) -> str:
 
 
 def gpu_node(plane: ControlPlane, gpus: int) -> str:
-    """A Ready node with `gpus` H100s, untainted, as a kubelet would register it."""
+    """A Ready node with `gpus` H100s, as a kubelet would register it, tainted for the test
+    that made it (`only_on`): the other tests' pods left pending in this module's control
+    plane (a quota test's orphaned one) would otherwise be bound to it first and take its
+    GPUs, and a victim would then wait on a preemption of its own."""
     name = _name("gpu-node")
-    node = make_node(name, gpus, taints=())
+    owner = {"key": OWNER_TAINT, "value": name, "effect": "NoSchedule"}
+    node = make_node(name, gpus, taints=(owner,))
     del node["metadata"]["uid"]
     plane.ok("POST", "/api/v1/nodes", node)
     return name
+
+
+def only_on(node: str) -> dict[str, Any]:
+    """The pod spec fields that put a pod on `node` (from `gpu_node`) and nowhere else."""
+    toleration = {"key": OWNER_TAINT, "operator": "Equal", "value": node, "effect": "NoSchedule"}
+    return {"nodeSelector": {"kubernetes.io/hostname": node}, "tolerations": [toleration]}
 
 
 def bound(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
@@ -233,7 +244,7 @@ def test_preemption_and_scheduling_waits_as_the_scheduler_makes_them(
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             {"metadata": {"name": name}, "value": value},
         )
-    pinned = {"nodeSelector": {"kubernetes.io/hostname": node}}
+    pinned = only_on(node)
 
     def create(name: str, priority: str) -> None:
         plane.ok(
@@ -302,7 +313,7 @@ def test_an_eviction_is_counted_once_by_its_reason(plane: ControlPlane, exporter
     adds, and that controller would mark every kubelet-less node NotReady.)"""
     ns = namespace(plane)
     node = gpu_node(plane, 4)
-    pinned = pod_spec(1, nodeSelector={"kubernetes.io/hostname": node})
+    pinned = pod_spec(1, **only_on(node))
     pod = {"metadata": {"name": "drained"}, "spec": pinned}
     plane.ok("POST", f"/api/v1/namespaces/{ns}/pods", pod)
     path = f"/api/v1/namespaces/{ns}/pods/drained"
