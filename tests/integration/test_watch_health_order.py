@@ -9,10 +9,11 @@ back for as long as the test needs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster_objects import make_node
 from kube_gpu_exporter.demo.kube_api import KubeApiServer
@@ -82,41 +83,52 @@ def test_a_watch_is_up_before_its_list_and_events_are_published(tmp_path: Path) 
             client.close()
 
 
-def test_kueue_verdicts_wait_until_every_kueue_watch_has_answered(tmp_path: Path) -> None:
+W = TypeVar("W", bound=ClusterWatches)
+
+
+@contextlib.contextmanager
+def cohorts_held(tmp_path: Path, kind: type[W]) -> Iterator[W]:
+    """`kind` of watches, started, on a Kueue cluster whose API server holds the Cohorts'
+    list `STALL_SECONDS`."""
     with KubeApiServer(kueue_versions=("v1beta2",)) as api:
         api.put_node(make_node("gpu-a"))
         _kueue(api)
         api.stall(STALL_SECONDS, resource=COHORTS)
-        watches = ClusterWatches(
-            str(api.write_kubeconfig(tmp_path / "kubeconfig")), DEFAULT_SETTINGS, timeout=TIMEOUT
-        )
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        watches = kind(kubeconfig, DEFAULT_SETTINGS, timeout=TIMEOUT)
         watches.start()
         try:
-            others = [name for name in KUEUE_RESOURCES if name != COHORTS]
-            wait_until(
-                lambda: watches.listed and all(watches.watches[n].up for n in others),
-                what="every list but the cohorts'",
-            )
-            # what is read counts only if the cohorts' list was held before and after it
-            held_back = not watches.watches[COHORTS].answered
-            taken = watches.kueue_objects()
-            page = samples(
-                ClusterLoop(watches, DEFAULT_SETTINGS, 15.0)
-                .cycle()
-                .body(TEXT_ACCEPT, gzipped=False)[0]
-            )
-            assert held_back and not watches.watches[COHORTS].answered, "stall too short"
-            assert taken is None
-            assert values(page, "kube_gpu_queue_info") == []
-            assert values(page, "kube_gpu_pending_workloads") == []
-            assert values(page, "kube_gpu_cluster_watch_up", resource=COHORTS) == [0.0]
-            assert values(page, "kube_gpu_cluster_watch_up", resource="workloads") == [1.0]
-
-            wait_until(lambda: watches.kueue_objects(), timeout=60, what="the cohorts' list")
-            judged = watches.kueue_objects()
-            assert judged is not None and dict(judged.cohorts) == {"org": ""}
+            yield watches
         finally:
             watches.stop()
+
+
+def _cycle(watches: ClusterWatches) -> bytes:
+    """One cycle of the cluster loop over `watches`: its plain-text page."""
+    return ClusterLoop(watches, DEFAULT_SETTINGS, 15.0).cycle().body(TEXT_ACCEPT, False)[0]
+
+
+def test_kueue_verdicts_wait_until_every_kueue_watch_has_answered(tmp_path: Path) -> None:
+    with cohorts_held(tmp_path, ClusterWatches) as watches:
+        others = [name for name in KUEUE_RESOURCES if name != COHORTS]
+        wait_until(
+            lambda: watches.listed and all(watches.watches[n].up for n in others),
+            what="every list but the cohorts'",
+        )
+        # what is read counts only if the cohorts' list was held before and after it
+        held_back = not watches.watches[COHORTS].answered
+        taken = watches.kueue_objects()
+        page = samples(_cycle(watches))
+        assert held_back and not watches.watches[COHORTS].answered, "stall too short"
+        assert taken is None
+        assert values(page, "kube_gpu_queue_info") == []
+        assert values(page, "kube_gpu_pending_workloads") == []
+        assert values(page, "kube_gpu_cluster_watch_up", resource=COHORTS) == [0.0]
+        assert values(page, "kube_gpu_cluster_watch_up", resource="workloads") == [1.0]
+
+        wait_until(lambda: watches.kueue_objects(), timeout=60, what="the cohorts' list")
+        judged = watches.kueue_objects()
+        assert judged is not None and dict(judged.cohorts) == {"org": ""}
 
 
 class TakenAfterTheList(ClusterWatches):
@@ -140,25 +152,10 @@ class TakenAfterTheList(ClusterWatches):
 
 
 def test_a_list_that_lands_during_a_cycle_is_served_with_its_watch_up(tmp_path: Path) -> None:
-    with KubeApiServer(kueue_versions=("v1beta2",)) as api:
-        api.put_node(make_node("gpu-a"))
-        _kueue(api)
-        api.stall(STALL_SECONDS, resource=COHORTS)
-        watches = TakenAfterTheList(
-            str(api.write_kubeconfig(tmp_path / "kubeconfig")), DEFAULT_SETTINGS, timeout=TIMEOUT
-        )
-        watches.start()
-        try:
-            wait_until(lambda: watches.listed, what="nodes, pods and quotas listed")
-            body, _ = (
-                ClusterLoop(watches, DEFAULT_SETTINGS, 15.0)
-                .cycle()
-                .body(TEXT_ACCEPT, gzipped=False)
-            )
-            assert watches.waited.is_set()
-            assert watches.cohorts_up_at_take is False, "the stall ended before the cycle"
-            page = samples(body)
-            assert values(page, "kube_gpu_cluster_watched_objects", resource=COHORTS) == [1.0]
-            assert values(page, "kube_gpu_cluster_watch_up", resource=COHORTS) == [1.0]
-        finally:
-            watches.stop()
+    with cohorts_held(tmp_path, TakenAfterTheList) as watches:
+        wait_until(lambda: watches.listed, what="nodes, pods and quotas listed")
+        page = samples(_cycle(watches))
+        assert watches.waited.is_set()
+        assert watches.cohorts_up_at_take is False, "the stall ended before the cycle"
+        assert values(page, "kube_gpu_cluster_watched_objects", resource=COHORTS) == [1.0]
+        assert values(page, "kube_gpu_cluster_watch_up", resource=COHORTS) == [1.0]
