@@ -57,7 +57,6 @@ from kube_gpu_exporter.exporter.kubernetes.paged_list import PAGE
 REFUSALS: Final = f"reason={FAILED_CREATE}"
 NODES, PODS, QUOTAS, EVENTS = "nodes", "pods", "resourcequotas", "events"
 KUEUE_RESOURCES: Final = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS, COHORTS)
-RESOURCES: Final = (NODES, PODS, QUOTAS, EVENTS, *KUEUE_RESOURCES)
 
 PodObserver = Callable[[Pod], None]
 

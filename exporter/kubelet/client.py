@@ -325,10 +325,9 @@ class PodResourcesWatcher:
             return False
         if listing.allocatable_refused:
             self.errors_total["allocatable_refused"] += 1
-        if self._unconfirmed_empty(listing):
-            self.up = True
-            return True
         self.up = True  # before the listing is out: a cycle that reads it reads this as up
+        if self._unconfirmed_empty(listing):
+            return True
         self._listing = listing
         self._listed_at = self._clock()
         self.last_success = self._wall_clock()

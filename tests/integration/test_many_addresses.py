@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from multiprocessing.context import ForkProcess
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ ATTACK_SECONDS = 120.0  # the attackers' own bound; the test stops them long bef
 FORK = multiprocessing.get_context("fork")  # the attackers inherit the raised file limit
 
 
-class Attackers(FORK.Process):  # type: ignore[name-defined,misc]
+class Attackers(ForkProcess):
     """One connection per address in `sources` (the i-th sending `first[i % len(first)]`,
     then nothing), each reconnected once the exporter cuts or refuses it, until stopped."""
 

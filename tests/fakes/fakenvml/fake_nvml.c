@@ -1671,8 +1671,8 @@ static long long monotonic_ms(void) {
  * freed or NVML shut down meanwhile): longer than the exporter's own waits, so that each of
  * them is one wakeup, as with the driver, which blocks in the kernel until an event or the
  * timeout. The fake blocks on inotify of the state file's folder (write_state renames a new
- * file in) rather than polling the file every few milliseconds, which cost the waiting thread
- * ~0.6 % of a core that the exporter's CPU figures then carried and a driver does not. */
+ * file in) rather than polling the file every few milliseconds: CPU the exporter's figures
+ * then carried and a driver does not (bench/README.md, "Lean as deployed"). */
 #define WAIT_SLICE_MS 1000
 
 /* The calling thread's inotify descriptor on the state file's folder: opened at its first
